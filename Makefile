@@ -1,0 +1,35 @@
+# Two entry points a fresh machine needs: `make demo` and `make test`.
+# Each creates .venv and installs the project into it first (idempotent).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+
+.PHONY: install demo test dryrun lint clean-results
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first: the pinned CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml all
+
+test: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q
+
+dryrun: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake -n --cores 8 --configfile config/config.yaml all
+
+lint: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml
+
+clean-results:
+	rm -rf results/* .snakemake
+	touch results/.gitkeep

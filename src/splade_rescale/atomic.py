@@ -1,0 +1,79 @@
+"""Atomic outputs: every stage writes to a temporary path in the destination's folder and
+renames it into place at the end, so an interrupted job never leaves a half-written file or
+folder that a later run (or Snakemake) would mistake for a finished one."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _tmp_sibling(final: Path, suffix: str = "") -> Path:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{suffix}", dir=final.parent)
+    os.close(fd)
+    return Path(name)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary file path beside ``path``; on success it replaces ``path`` atomically."""
+    final = Path(path)
+    tmp = _tmp_sibling(final)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; on success it takes ``path``'s place.
+
+    A previous ``path`` (complete or partial) is moved aside first and deleted after the
+    rename, so ``path`` is never a mix of old and new content.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    try:
+        yield tmp
+        old = None
+        if final.exists() or final.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+            os.replace(final, old / "x")
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (UTF-8)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (keys kept in insertion order)."""
+    write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def remove_stale_tmp(folder: str | Path, name: str) -> None:
+    """Delete temporaries left by an interrupted write of ``folder/name`` (restart clean)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for p in folder.glob(f".{name}.*.tmp*"):
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    for p in folder.glob(f".{name}.*.old"):
+        shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""Experiment configuration: schema validation with one-line errors, and derived values.
+
+The Snakefile calls :func:`validate_config` before any job runs, so a typo in a key, an
+unknown backbone name or an impossible factor stops the workflow with a message that names
+the key, the value and what is expected, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, described in one line."""
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        return (f"unknown key(s) {', '.join(map(repr, extra))} under {_key_path(error)}; "
+                f"expected one of: {', '.join(allowed)}")
+    if error.validator == "required":
+        return f"{_key_path(error)}: {error.message}"
+    return f"{_key_path(error)} = {error.instance!r}: {error.message}"
+
+
+def parse_factor(value: float | int | str, key: str = "factor") -> float:
+    """A head scale factor from a number or a fraction string such as ``1/16``; must be > 0."""
+    try:
+        factor = float(Fraction(str(value).strip()))
+    except (ValueError, ZeroDivisionError):
+        raise ConfigError(f"{key} = {value!r}: expected a positive number or fraction such as 1/16") from None
+    if not factor > 0:
+        raise ConfigError(f"{key} = {value!r}: the head scale factor must be > 0 (1/16 rescales by k = 16)")
+    return factor
+
+
+def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
+    """Raise :class:`ConfigError` with one line for the first problem found."""
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors) or errors[0]
+        raise ConfigError(_describe(error))
+
+    backbones = config["backbones"]
+    variants = config["variants"]
+    if "bm25" in backbones:
+        raise ConfigError("backbones.bm25: the name 'bm25' is reserved for the BM25 reference rows; rename it")
+    reference = config["reference_backbone"]
+    if reference not in backbones:
+        raise ConfigError(f"reference_backbone = {reference!r} is not a backbone; "
+                          f"expected one of: {', '.join(backbones)}")
+    for name, variant in variants.items():
+        if variant["policy"] == "constant":
+            parse_factor(variant["factor"], key=f"variants.{name}.factor")
+        elif variant["reference"] not in backbones:
+            raise ConfigError(f"variants.{name}.reference = {variant['reference']!r} is not a backbone; "
+                              f"expected one of: {', '.join(backbones)}")
+    recipes = config.get("recipes", {})
+    recipe = config["training"]["recipe"]
+    if recipes and recipe not in recipes:
+        raise ConfigError(f"training.recipe = {recipe!r} is not a recipe in config/recipes.yaml; "
+                          f"expected one of: {', '.join(recipes)}")
+    for backbone, per_backbone in config["training"].get("overrides", {}).items():
+        if backbone not in backbones:
+            raise ConfigError(f"training.overrides.{backbone}: unknown backbone; expected one of: "
+                              f"{', '.join(backbones)}")
+        if not isinstance(per_backbone, dict):
+            raise ConfigError(f"training.overrides.{backbone} = {per_backbone!r}: expected a mapping")
+    for key in ("query_max_length", "doc_max_length"):
+        length = config["encoding"].get(key)
+        for name, spec in backbones.items():
+            limit = spec.get("max_length")
+            if length is not None and limit is not None and length > limit:
+                raise ConfigError(f"encoding.{key} = {length} exceeds backbones.{name}.max_length = {limit}")
+
+
+def resolve_recipe(config: dict[str, Any], backbone: str, variant: str) -> dict[str, Any]:
+    """The training settings of one backbone x variant: recipe, then per-backbone, then per-variant overrides."""
+    training = config["training"]
+    name = training["recipe"]
+    recipe = dict(config["recipes"][name])
+    per_backbone = dict(training.get("overrides", {}).get(backbone, {}))
+    per_variant = per_backbone.pop(variant, {}) if isinstance(per_backbone.get(variant), dict) else {}
+    for other in config["variants"]:
+        per_backbone.pop(other, None)
+    for scope, values in ((f"training.overrides.{backbone}", per_backbone),
+                          (f"training.overrides.{backbone}.{variant}", per_variant)):
+        unknown = sorted(set(values) - set(recipe))
+        if unknown:
+            raise ConfigError(f"{scope}: unknown training setting(s) {', '.join(unknown)}; "
+                              f"recipe {name!r} has: {', '.join(sorted(recipe))}")
+        recipe.update(values)
+    recipe["recipe"] = name
+    return recipe
+
+
+def load_config(*paths: str | Path) -> dict[str, Any]:
+    """Merge YAML files left to right (later keys win at the top level) and validate."""
+    config: dict[str, Any] = {}
+    for path in paths:
+        with open(path) as f:
+            config.update(yaml.safe_load(f) or {})
+    validate_config(config)
+    return config

@@ -1,0 +1,96 @@
+"""The SPLADE encoder: MLM logits -> log(1 + ReLU) -> max-pool over the input's tokens.
+
+Queries and documents share one model. The pooling is done either by the naive head
+(materialises batch x length x vocab logits) or by the fused head of
+:mod:`splade_rescale.fused_head` (vocabulary chunks, argmax-only backward); both give
+the same vectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from splade_rescale.fused_head import fused_splade_pool, naive_splade_pool
+from splade_rescale.heads import mlm_head
+
+HeadImpl = Literal["fused", "naive"]
+Precision = Literal["auto", "bf16", "fp32"]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``auto``/None -> CUDA when available, else CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def autocast_for(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA by default; on CPU only when asked (fp32 is the CPU default)."""
+    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    if use_bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+class SpladeEncoder(nn.Module):
+    """Shared query/document SPLADE encoder over a BERT- or ModernBERT-style MLM model."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 head: HeadImpl = "fused", chunk_size: int = 8192, precision: Precision = "auto"):
+        super().__init__()
+        if head not in ("fused", "naive"):
+            raise ValueError(f"encoding head must be 'fused' or 'naive', got {head!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.head_impl: HeadImpl = head
+        self.chunk_size = chunk_size
+        self.precision: Precision = precision
+        self._head = mlm_head(model)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, head: HeadImpl = "fused", device: str | torch.device | None = None,
+                        precision: Precision = "auto", chunk_size: int = 8192) -> "SpladeEncoder":
+        model = AutoModelForMaskedLM.from_pretrained(str(path))
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        encoder = cls(model, tokenizer, head=head, chunk_size=chunk_size, precision=precision)
+        return encoder.to(resolve_device(device))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return self._head.decoder.out_features
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                               return_tensors="pt")
+        return {"input_ids": batch["input_ids"].to(self.device),
+                "attention_mask": batch["attention_mask"].to(self.device)}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self._head.hidden_states(input_ids, attention_mask)
+        decoder = self._head.decoder
+        pool = fused_splade_pool if self.head_impl == "fused" else naive_splade_pool
+        if self.head_impl == "fused":
+            return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_size)
+        return pool(hidden, decoder.weight, decoder.bias, attention_mask)
+
+    @torch.no_grad()
+    def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
+        """SPLADE vectors (len(texts) x vocab, float32, on CPU) for one batch of texts."""
+        was_training = self.training
+        self.eval()
+        try:
+            with autocast_for(self.device, self.precision):
+                reps = self(**self.tokenize(texts, max_length))
+        finally:
+            self.train(was_training)
+        return reps.float().cpu()

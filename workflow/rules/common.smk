@@ -1,0 +1,76 @@
+# Shared by all rules: config validation (before any job runs), wildcard constraints,
+# and the functions that turn the config into file lists.
+import json
+from pathlib import Path
+
+import yaml
+from snakemake.utils import validate
+
+from splade_rescale.config import ConfigError, resolve_recipe, validate_config
+
+
+def _load_recipes():
+    with open(Path(workflow.basedir) / "config" / "recipes.yaml") as f:
+        return yaml.safe_load(f)["recipes"]
+
+
+config["recipes"] = {**_load_recipes(), **config.get("recipes", {})}
+try:
+    validate_config(config)
+except ConfigError as exc:
+    raise WorkflowError(f"invalid config ({', '.join(workflow.configfiles) or 'command line'}): {exc}")
+validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
+
+BACKBONES = list(config["backbones"])
+VARIANTS = list(config["variants"])
+DATASETS = list(config["datasets"])
+REFERENCE = config["reference_backbone"]
+
+
+wildcard_constraints:
+    backbone="[A-Za-z0-9_.-]+",
+    variant="[A-Za-z0-9_.-]+",
+    dataset="[A-Za-z0-9_.-]+",
+
+
+def as_json(obj):
+    """A config fragment for the command line; Snakemake reruns a job when it changes."""
+    return json.dumps(obj, sort_keys=True)
+
+
+def torch_device():
+    return config.get("device", "auto")
+
+
+def gpu_count():
+    """GPUs a model job asks for: none on an explicitly CPU config."""
+    return 0 if str(config.get("device", "auto")) == "cpu" else 1
+
+
+def variant_needs_norms(variant):
+    return config["variants"][variant]["policy"] == "match_reference"
+
+
+def norm_files():
+    return [f"results/norms/{b}.json" for b in BACKBONES] + [
+        f"results/norms/{b}/{v}.json" for b in BACKBONES for v in VARIANTS
+    ]
+
+
+def backbone_targets(backbone):
+    """Everything one backbone's chain produces (its summary file depends on it all)."""
+    return (
+        [f"results/norms/{backbone}.json"]
+        + [f"results/norms/{backbone}/{v}.json" for v in VARIANTS]
+        + [f"results/models/{backbone}/{v}/manifest.json" for v in VARIANTS]
+        + [f"results/metrics/{backbone}/{v}/{d}.json" for v in VARIANTS for d in DATASETS]
+    )
+
+
+def all_targets():
+    return (
+        ["results/tables/norms.md"]
+        + [f"results/summary/{b}.json" for b in BACKBONES]
+        + [f"results/metrics/bm25/{d}.json" for d in DATASETS]
+        + TABLE_TARGETS
+    )

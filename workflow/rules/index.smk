@@ -1,0 +1,79 @@
+rule encode_corpus:
+    input:
+        manifest="results/models/{backbone}/{variant}/manifest.json",
+        model="results/models/{backbone}/{variant}/final",
+    output:
+        directory("results/encoded/{backbone}/{variant}/{dataset}/corpus"),
+    params:
+        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        encoding=as_json(config["encoding"]),
+        device=torch_device(),
+    threads: 2
+    resources:
+        gpu=gpu_count(),
+        slurm_gpus=gpu_count(),
+    log:
+        "results/logs/encode_corpus/{backbone}.{variant}.{dataset}.log",
+    benchmark:
+        "results/benchmarks/encode_corpus/{backbone}.{variant}.{dataset}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
+        "--dataset {params.dataset:q} --encoding {params.encoding:q} --device {params.device} "
+        "--threads {threads} --out {output} > {log} 2>&1"
+
+
+rule encode_queries:
+    input:
+        manifest="results/models/{backbone}/{variant}/manifest.json",
+        model="results/models/{backbone}/{variant}/final",
+    output:
+        "results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
+    params:
+        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        encoding=as_json(config["encoding"]),
+        device=torch_device(),
+    threads: 2
+    log:
+        "results/logs/encode_queries/{backbone}.{variant}.{dataset}.log",
+    benchmark:
+        "results/benchmarks/encode_queries/{backbone}.{variant}.{dataset}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale encode-queries --model {input.model} --training-manifest {input.manifest} "
+        "--dataset {params.dataset:q} --encoding {params.encoding:q} --device {params.device} "
+        "--threads {threads} --out {output} > {log} 2>&1"
+
+
+rule impact_index:
+    input:
+        "results/encoded/{backbone}/{variant}/{dataset}/corpus",
+    output:
+        directory("results/indexes/{backbone}/{variant}/{dataset}"),
+    threads: 2
+    log:
+        "results/logs/index/{backbone}.{variant}.{dataset}.log",
+    benchmark:
+        "results/benchmarks/index/{backbone}.{variant}.{dataset}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale index --collection {input} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule bm25_index:
+    output:
+        directory("results/indexes/bm25/{dataset}"),
+    params:
+        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+    threads: 2
+    log:
+        "results/logs/index/bm25.{dataset}.log",
+    benchmark:
+        "results/benchmarks/index/bm25.{dataset}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale bm25-index --dataset {params.dataset:q} --threads {threads} --out {output} > {log} 2>&1"

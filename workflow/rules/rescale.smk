@@ -1,0 +1,28 @@
+def rescale_norm_inputs(w):
+    """match_reference needs both head norms; a constant factor needs none."""
+    if not variant_needs_norms(w.variant):
+        return {}
+    reference = config["variants"][w.variant]["reference"]
+    return {"own": f"results/norms/{w.backbone}.json", "ref": f"results/norms/{reference}.json"}
+
+
+rule rescale_head:
+    input:
+        unpack(rescale_norm_inputs),
+        model="results/backbones/{backbone}/model",
+    output:
+        directory("results/models/{backbone}/{variant}/init"),
+    params:
+        spec=lambda w: as_json(config["variants"][w.variant]),
+        norms=lambda w, input: (
+            f"--backbone-norms {input.own} --reference-norms {input.ref}" if "own" in input.keys() else ""
+        ),
+    log:
+        "results/logs/rescale/{backbone}.{variant}.log",
+    benchmark:
+        "results/benchmarks/rescale/{backbone}.{variant}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale rescale --backbone-dir {input.model} --variant {wildcards.variant} "
+        "--spec {params.spec:q} {params.norms} --out {output} > {log} 2>&1"

@@ -1,0 +1,49 @@
+TRAIN_DATA = config["training"]["data"]
+MINED = TRAIN_DATA["source"] == "beir_local" and TRAIN_DATA.get("negatives") == "bm25"
+
+
+rule mine_negatives:
+    """BM25 hard negatives for a local BEIR-format train split (Pyserini), mined once."""
+    output:
+        "results/training/examples.jsonl",
+    params:
+        data=as_json(TRAIN_DATA),
+    threads: 2
+    log:
+        "results/logs/mine_negatives.log",
+    benchmark:
+        "results/benchmarks/mine_negatives.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule train:
+    input:
+        init="results/models/{backbone}/{variant}/init",
+        examples="results/training/examples.jsonl" if MINED else [],
+    output:
+        manifest="results/models/{backbone}/{variant}/manifest.json",
+        model=directory("results/models/{backbone}/{variant}/final"),
+        log_csv="results/models/{backbone}/{variant}/train_log.csv",
+    params:
+        recipe=lambda w: as_json(resolve_recipe(config, w.backbone, w.variant)),
+        data=as_json(TRAIN_DATA),
+        examples=lambda w, input: f"--examples {input.examples}" if MINED else "",
+        checkpoints="results/models/{backbone}/{variant}/checkpoints",
+        device=torch_device(),
+    threads: 2
+    resources:
+        gpu=gpu_count(),
+        slurm_gpus=gpu_count(),
+    log:
+        "results/logs/train/{backbone}.{variant}.log",
+    benchmark:
+        "results/benchmarks/train/{backbone}.{variant}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale train --init {input.init} --recipe {params.recipe:q} --data {params.data:q} "
+        "{params.examples} --device {params.device} --threads {threads} --checkpoints {params.checkpoints} "
+        "--final {output.model} --log-csv {output.log_csv} --manifest {output.manifest} > {log} 2>&1"
