@@ -19,13 +19,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/demo.yaml all
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all --cores $(CORES) --configfile config/demo.yaml
 
 test: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q
 
 dryrun: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake -n --cores 8 --configfile config/config.yaml all
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8
 
 lint: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml

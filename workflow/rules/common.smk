@@ -18,7 +18,7 @@ config["recipes"] = {**_load_recipes(), **config.get("recipes", {})}
 try:
     validate_config(config)
 except ConfigError as exc:
-    raise WorkflowError(f"invalid config ({', '.join(workflow.configfiles) or 'command line'}): {exc}")
+    raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
 
 BACKBONES = list(config["backbones"])
@@ -74,3 +74,11 @@ def all_targets():
         + [f"results/metrics/bm25/{d}.json" for d in DATASETS]
         + TABLE_TARGETS
     )
+
+
+def rescale_norm_inputs(w):
+    """match_reference needs both head norms; a constant factor needs none."""
+    if not variant_needs_norms(w.variant):
+        return {}
+    reference = config["variants"][w.variant]["reference"]
+    return {"own": f"results/norms/{w.backbone}.json", "ref": f"results/norms/{reference}.json"}

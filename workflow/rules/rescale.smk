@@ -1,11 +1,3 @@
-def rescale_norm_inputs(w):
-    """match_reference needs both head norms; a constant factor needs none."""
-    if not variant_needs_norms(w.variant):
-        return {}
-    reference = config["variants"][w.variant]["reference"]
-    return {"own": f"results/norms/{w.backbone}.json", "ref": f"results/norms/{reference}.json"}
-
-
 rule rescale_head:
     input:
         unpack(rescale_norm_inputs),

@@ -1,0 +1,72 @@
+"""Config validation: both shipped configs pass; mistakes get one line naming the key."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO
+from splade_rescale.config import ConfigError, load_config, parse_factor, resolve_recipe, validate_config
+
+
+def _config(name: str) -> dict:
+    config = yaml.safe_load((REPO / "config" / name).read_text())
+    config["recipes"] = yaml.safe_load((REPO / "config/recipes.yaml").read_text())["recipes"]
+    return config
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "demo.yaml"])
+def test_shipped_configs_are_valid(name):
+    validate_config(_config(name))
+
+
+def test_paper_config_has_the_papers_experiment():
+    config = _config("config.yaml")
+    assert len(config["backbones"]) == 9
+    assert parse_factor(config["variants"]["rescaled"]["factor"]) == 1 / 16
+    beir = [d for d, spec in config["datasets"].items() if spec["metrics"] == "beir"]
+    assert len(beir) == 13
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["variants"]["rescaled"].update(factor=0), r"variants.rescaled.factor = 0: .* must be > 0"),
+    (lambda c: c["variants"]["rescaled"].update(factor="-1/16"), r"must be > 0"),
+    (lambda c: c["variants"]["rescaled"].update(factor="sixteen"), r"expected a positive number or fraction"),
+    (lambda c: c["backbones"]["minilm"].update(colour="red"), r"unknown key\(s\) 'colour' under backbones.minilm"),
+    (lambda c: c.update(reference_backbone="bert"), r"reference_backbone = 'bert' is not a backbone"),
+    (lambda c: c["backbones"]["minilm"].update(source="ftp"), r"backbones.minilm.source = 'ftp'"),
+    (lambda c: c["backbones"]["minilm"].pop("package"), r"backbones.minilm: 'package' is a required property"),
+    (lambda c: c["training"].update(recipe="nope"), r"training.recipe = 'nope' is not a recipe"),
+    (lambda c: c["training"].update(overrides={"bert": {}}), r"training.overrides.bert: unknown backbone"),
+    (lambda c: c["encoding"].update(doc_max_length=-5), r"encoding.doc_max_length = -5"),
+    (lambda c: c["datasets"]["scifact"].update(metrics="bleu"), r"datasets.scifact.metrics = 'bleu'"),
+    (lambda c: c["backbones"]["minilm"].update(max_length=64), r"encoding.doc_max_length = 128 exceeds"),
+    (lambda c: c["backbones"].update(bm25=c["backbones"]["minilm"]), r"'bm25' is reserved"),
+])
+def test_config_errors_are_one_line_and_name_the_key(mutate, message):
+    config = copy.deepcopy(_config("demo.yaml"))
+    mutate(config)
+    with pytest.raises(ConfigError, match=message) as info:
+        validate_config(config)
+    assert "\n" not in str(info.value)
+
+
+def test_recipe_overrides_per_backbone_and_variant():
+    config = _config("demo.yaml")
+    base = resolve_recipe(config, "minilm", "rescaled")
+    config["training"]["overrides"] = {"minilm": {"lr": 1.0, "rescaled": {"steps": 3}}}
+    assert resolve_recipe(config, "minilm", "rescaled")["steps"] == 3
+    assert resolve_recipe(config, "minilm", "rescaled")["lr"] == 1.0
+    assert resolve_recipe(config, "minilm", "baseline")["steps"] == base["steps"]
+    assert resolve_recipe(config, "minilm-x16", "rescaled") == base
+    config["training"]["overrides"] = {"minilm": {"rescaled": {"stepz": 3}}}
+    with pytest.raises(ConfigError, match="training.overrides.minilm.rescaled: unknown training setting"):
+        resolve_recipe(config, "minilm", "rescaled")
+
+
+def test_load_config_reads_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(_config("demo.yaml")))
+    assert load_config(path)["experiment"] == "demo"
