@@ -5,6 +5,7 @@ folder that a later run (or Snakemake) would mistake for a finished one."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -17,13 +18,24 @@ def _tmp_sibling(final: Path, suffix: str = "") -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{suffix}", dir=final.parent)
     os.close(fd)
+    os.chmod(name, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs get the usual permissions
     return Path(name)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
     """Yield a temporary file path beside ``path``; on success it replaces ``path`` atomically."""
     final = Path(path)
+    remove_stale_tmp(final.parent, final.name)
     tmp = _tmp_sibling(final)
     try:
         yield tmp
@@ -42,7 +54,9 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(final.parent, final.name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)
     try:
         yield tmp
         old = None
@@ -69,11 +83,14 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
 
 
 def remove_stale_tmp(folder: str | Path, name: str) -> None:
-    """Delete temporaries left by an interrupted write of ``folder/name`` (restart clean)."""
+    """Delete temporaries left by an interrupted write of ``folder/name`` (restart clean).
+
+    Safe because one output has one writer at a time (Snakemake's guarantee)."""
     folder = Path(folder)
     if not folder.is_dir():
         return
-    for p in folder.glob(f".{name}.*.tmp*"):
+    stem = f".{glob.escape(name)}.{'?' * 8}"  # tempfile's 8 random characters: no other name matches
+    for p in folder.glob(f"{stem}.tmp"):
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    for p in folder.glob(f".{name}.*.old"):
+    for p in folder.glob(f"{stem}.old"):
         shutil.rmtree(p, ignore_errors=True)

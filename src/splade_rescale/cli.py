@@ -85,6 +85,246 @@ def rescale_cmd(args: argparse.Namespace) -> None:
                      args.reference_norms)
 
 
+# --- training -----------------------------------------------------------------------------
+
+def set_threads(threads: int | None) -> None:
+    """Torch uses the threads Snakemake gave the job, not every core of the machine."""
+    if threads:
+        import torch
+        torch.set_num_threads(threads)
+
+
+@command("mine-negatives", lambda p: (
+    p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
+    p.add_argument("--threads", type=int, default=1),
+    p.add_argument("--out", required=True, type=Path),
+))
+def mine_negatives_cmd(args: argparse.Namespace) -> None:
+    """BM25 hard negatives for a BEIR-format train split (writes the examples JSONL)."""
+    import tempfile
+    from splade_rescale.training_data import mine_bm25_examples
+    with tempfile.TemporaryDirectory(prefix=".bm25-train.", dir=args.out.parent) as index_dir:
+        stats = mine_bm25_examples(args.data, args.out, Path(index_dir) / "index",
+                                   negatives=int(args.data.get("negatives_per_query", 8)),
+                                   depth=int(args.data.get("depth", 100)), threads=args.threads)
+    log.info("mined: %s", stats)
+
+
+@command("train", lambda p: (
+    p.add_argument("--init", required=True, type=Path),
+    p.add_argument("--recipe", type=json_arg, required=True, help="resolved recipe, as JSON"),
+    p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
+    p.add_argument("--examples", type=Path, help="mined examples JSONL (beir_local data)"),
+    p.add_argument("--device", default="auto"),
+    p.add_argument("--threads", type=int),
+    p.add_argument("--checkpoints", required=True, type=Path),
+    p.add_argument("--final", required=True, type=Path),
+    p.add_argument("--log-csv", required=True, type=Path),
+    p.add_argument("--manifest", required=True, type=Path),
+))
+def train_cmd(args: argparse.Namespace) -> None:
+    """Train SPLADE; resumes from the last checkpoint; a collapse is recorded, not raised."""
+    from splade_rescale.train import run_training
+    set_threads(args.threads)
+    data = {**args.data, "examples": str(args.examples)} if args.examples else args.data
+    manifest = run_training(args.init, args.final, args.log_csv, args.manifest, args.checkpoints, args.recipe,
+                            data, device=args.device)
+    log.info("training status: %s", manifest["status"])
+
+
+# --- encoding, indexing, retrieval, evaluation -----------------------------------------------
+
+SKIPPED = "SKIPPED.json"
+
+
+def collapsed(manifest_path: Path | None) -> dict[str, Any] | None:
+    """The training manifest if that run collapsed: later stages record it instead of computing."""
+    if manifest_path is None:
+        return None
+    manifest = json.loads(manifest_path.read_text())
+    if manifest["status"] == "ok":
+        return None
+    return {"status": manifest["status"], "reason": manifest.get("reason"),
+            "collapse_step": manifest.get("collapse_step")}
+
+
+def model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--training-manifest", type=Path)
+    p.add_argument("--name", required=True, help="dataset name in the config")
+    p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON")
+    p.add_argument("--encoding", type=json_arg, required=True, help="the encoding section, as JSON")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True, type=Path)
+
+
+@command("encode-corpus", model_args)
+def encode_corpus_cmd(args: argparse.Namespace) -> None:
+    """Encode a dataset's corpus into JsonVectorCollection shards (+ stats beside)."""
+    from splade_rescale.atomic import atomic_dir, write_json
+    from splade_rescale.encode import encode_corpus, stats_path_for
+    if skip := collapsed(args.training_manifest):
+        with atomic_dir(args.out) as tmp:
+            write_json(tmp / SKIPPED, skip)
+        write_json(stats_path_for(args.out), skip)
+        return
+    set_threads(args.threads)
+    enc = args.encoding
+    encode_corpus(args.model, args.dataset, args.out, enc["doc_max_length"], enc["batch_size"],
+                  enc["quantization"], enc["head"], enc["shard_size"], name=args.name,
+                  device=None if args.device == "auto" else args.device)
+
+
+@command("encode-queries", model_args)
+def encode_queries_cmd(args: argparse.Namespace) -> None:
+    """Encode a dataset's judged queries into query vectors (+ stats beside)."""
+    from splade_rescale.atomic import write_json, write_text
+    from splade_rescale.encode import encode_queries, stats_path_for
+    if skip := collapsed(args.training_manifest):
+        write_text(args.out, "")
+        write_json(stats_path_for(args.out), skip)
+        return
+    set_threads(args.threads)
+    enc = args.encoding
+    encode_queries(args.model, args.dataset, args.out, enc["query_max_length"], enc["batch_size"],
+                   enc["quantization"], enc["head"], name=args.name,
+                   device=None if args.device == "auto" else args.device)
+
+
+@command("index", lambda p: (
+    p.add_argument("--collection", required=True, type=Path),
+    p.add_argument("--threads", type=int, default=1),
+    p.add_argument("--out", required=True, type=Path),
+))
+def index_cmd(args: argparse.Namespace) -> None:
+    """Lucene impact index of a JsonVectorCollection (restarts clean)."""
+    import shutil
+    from splade_rescale.atomic import atomic_dir
+    from splade_rescale.lucene import run_build_impact_index
+    if (args.collection / SKIPPED).is_file():
+        with atomic_dir(args.out) as tmp:
+            shutil.copy(args.collection / SKIPPED, tmp / SKIPPED)
+        return
+    log.info("index: %s", run_build_impact_index(args.collection, args.out, args.threads))
+
+
+def search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", required=True, type=Path)
+    p.add_argument("--name", required=True, help="dataset name in the config")
+    p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON")
+    p.add_argument("--k", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tag", default="splade")
+    p.add_argument("--run", required=True, type=Path)
+    p.add_argument("--stats", required=True, type=Path)
+
+
+@command("retrieve", lambda p: (search_args(p), p.add_argument("--queries", required=True, type=Path)))
+def retrieve_cmd(args: argparse.Namespace) -> None:
+    """Impact search with pretokenised query vectors; writes a TREC run and search stats."""
+    from splade_rescale.atomic import write_json, write_text
+    from splade_rescale.datasets import default_exclude_self
+    from splade_rescale.lucene import run_impact_search
+    if (args.index / SKIPPED).is_file():
+        write_text(args.run, "")
+        write_json(args.stats, json.loads((args.index / SKIPPED).read_text()))
+        return
+    run_impact_search(args.index, args.queries, args.run, k=args.k, threads=args.threads,
+                      exclude_self=default_exclude_self(args.name, args.dataset), tag=args.tag,
+                      stats_path=args.stats)
+
+
+@command("bm25-index", lambda p: (
+    p.add_argument("--name", required=True, help="dataset name in the config"),
+    p.add_argument("--dataset", type=json_arg, required=True),
+    p.add_argument("--threads", type=int, default=1),
+    p.add_argument("--out", required=True, type=Path),
+))
+def bm25_index_cmd(args: argparse.Namespace) -> None:
+    """BM25 index (Anserini's English analyser) of a dataset's (subset) corpus, title + text."""
+    from splade_rescale.lucene import run_build_bm25_index
+    log.info("bm25 index: %s", run_build_bm25_index(args.name, args.dataset, args.out, args.threads))
+
+
+@command("bm25-retrieve", search_args)
+def bm25_retrieve_cmd(args: argparse.Namespace) -> None:
+    """BM25 reference run (k1=0.9, b=0.4) over a dataset's judged queries."""
+    from splade_rescale.lucene import run_bm25_search
+    run_bm25_search(args.name, args.dataset, args.index, args.run, k=args.k, threads=args.threads,
+                    stats_path=args.stats)
+
+
+@command("evaluate", lambda p: (
+    p.add_argument("--run", required=True, type=Path),
+    p.add_argument("--run-stats", required=True, type=Path),
+    p.add_argument("--name", required=True, help="dataset name in the config"),
+    p.add_argument("--dataset", type=json_arg, required=True),
+    p.add_argument("--corpus-stats", type=Path),
+    p.add_argument("--query-stats", type=Path),
+    p.add_argument("--index", type=Path),
+    p.add_argument("--training-manifest", type=Path),
+    p.add_argument("--label", action="append", default=[], help="key=value stored in the output"),
+    p.add_argument("--out", required=True, type=Path),
+))
+def evaluate_cmd(args: argparse.Namespace) -> None:
+    """ranx metrics (per query too), query-count diagnostics and efficiency statistics."""
+    from splade_rescale.atomic import write_json
+    from splade_rescale.datasets import load_dataset
+    from splade_rescale.evaluate import efficiency_stats, run_evaluate
+    extra = {**dict(item.split("=", 1) for item in args.label), "dataset": args.name,
+             "dataset_note": args.dataset.get("note")}
+    if skip := collapsed(args.training_manifest):
+        write_json(args.out, {**extra, **skip, "metric_set": args.dataset["metrics"], "metrics": None,
+                              "per_query": None})
+        return
+
+    def read(path: Path | None) -> dict[str, Any] | None:
+        return json.loads(path.read_text()) if path else None
+
+    size = sum(p.stat().st_size for p in args.index.rglob("*") if p.is_file()) if args.index else None
+    efficiency = efficiency_stats(read(args.query_stats), read(args.corpus_stats), size, read(args.run_stats))
+    qrels = load_dataset(args.name, args.dataset).qrels
+    run_evaluate(args.run, qrels, args.dataset["metrics"], args.out, efficiency, {**extra, "status": "ok"})
+
+
+# --- summaries, tables, figures ---------------------------------------------------------------
+
+@command("summary", lambda p: (
+    p.add_argument("--backbone", required=True),
+    p.add_argument("--inputs", nargs="+", required=True, type=Path),
+    p.add_argument("--out", required=True, type=Path),
+))
+def summary_cmd(args: argparse.Namespace) -> None:
+    """Gather one backbone's norms, training records and metrics (its per-backbone target)."""
+    from splade_rescale.summary import run_summary
+    run_summary(args.backbone, args.inputs, args.out)
+
+
+def report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=json_arg, required=True, help="the whole config, as JSON")
+    p.add_argument("--summaries", nargs="+", required=True, type=Path)
+    p.add_argument("--out-dir", required=True, type=Path)
+
+
+@command("tables", lambda p: (
+    report_args(p),
+    p.add_argument("--bm25", nargs="*", default=[], type=Path),
+    p.add_argument("--norms-csv", required=True, type=Path),
+))
+def tables_cmd(args: argparse.Namespace) -> None:
+    """The paper's tables (Markdown, CSV, LaTeX, HTML) with significance marks and provenance."""
+    from splade_rescale.tables import run_tables
+    run_tables(args.config, args.summaries, args.bm25, args.norms_csv, args.out_dir)
+
+
+@command("figures", report_args)
+def figures_cmd(args: argparse.Namespace) -> None:
+    """The paper's figures (PNG and PDF)."""
+    from splade_rescale.figures import run_figures
+    run_figures(args.config, args.summaries, args.out_dir)
+
+
 @command("validate-config", lambda p: p.add_argument("configfiles", nargs="+", type=Path))
 def validate_config_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.config import load_config

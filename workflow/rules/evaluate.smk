@@ -1,9 +1,9 @@
 rule evaluate:
     input:
         run="results/runs/{backbone}/{variant}/{dataset}.trec",
-        stats="results/runs/{backbone}/{variant}/{dataset}.stats.json",
-        corpus="results/encoded/{backbone}/{variant}/{dataset}/corpus",
-        queries="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
+        run_stats="results/runs/{backbone}/{variant}/{dataset}.stats.json",
+        corpus_stats="results/encoded/{backbone}/{variant}/{dataset}/corpus.stats.json",
+        query_stats="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl.stats.json",
         index="results/indexes/{backbone}/{variant}/{dataset}",
         manifest="results/models/{backbone}/{variant}/manifest.json",
     output:
@@ -15,15 +15,16 @@ rule evaluate:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale evaluate --run {input.run} --run-stats {input.stats} --dataset {params.dataset:q} "
-        "--corpus-dir {input.corpus} --queries {input.queries} --index {input.index} "
-        "--training-manifest {input.manifest} --out {output} > {log} 2>&1"
+        "splade-rescale evaluate --run {input.run} --run-stats {input.run_stats} --name {wildcards.dataset} "
+        "--dataset {params.dataset:q} --corpus-stats {input.corpus_stats} --query-stats {input.query_stats} "
+        "--index {input.index} --training-manifest {input.manifest} --label backbone={wildcards.backbone} "
+        "--label variant={wildcards.variant} --out {output} > {log} 2>&1"
 
 
 rule evaluate_bm25:
     input:
         run="results/runs/bm25/{dataset}.trec",
-        stats="results/runs/bm25/{dataset}.stats.json",
+        run_stats="results/runs/bm25/{dataset}.stats.json",
         index="results/indexes/bm25/{dataset}",
     output:
         "results/metrics/bm25/{dataset}.json",
@@ -34,5 +35,6 @@ rule evaluate_bm25:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale evaluate --run {input.run} --run-stats {input.stats} --dataset {params.dataset:q} "
-        "--index {input.index} --out {output} > {log} 2>&1"
+        "splade-rescale evaluate --run {input.run} --run-stats {input.run_stats} --name {wildcards.dataset} "
+        "--dataset {params.dataset:q} --index {input.index} --label backbone=bm25 --label variant=bm25 "
+        "--out {output} > {log} 2>&1"

@@ -3,7 +3,8 @@ rule encode_corpus:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
     output:
-        directory("results/encoded/{backbone}/{variant}/{dataset}/corpus"),
+        corpus=directory("results/encoded/{backbone}/{variant}/{dataset}/corpus"),
+        stats="results/encoded/{backbone}/{variant}/{dataset}/corpus.stats.json",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
         encoding=as_json(config["encoding"]),
@@ -11,7 +12,6 @@ rule encode_corpus:
     threads: 2
     resources:
         gpu=gpu_count(),
-        slurm_gpus=gpu_count(),
     log:
         "results/logs/encode_corpus/{backbone}.{variant}.{dataset}.log",
     benchmark:
@@ -21,7 +21,7 @@ rule encode_corpus:
     shell:
         "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
         "--dataset {params.dataset:q} --encoding {params.encoding:q} --device {params.device} "
-        "--threads {threads} --out {output} > {log} 2>&1"
+        "--name {wildcards.dataset} --threads {threads} --out {output.corpus} > {log} 2>&1"
 
 
 rule encode_queries:
@@ -29,7 +29,8 @@ rule encode_queries:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
     output:
-        "results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
+        queries="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
+        stats="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl.stats.json",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
         encoding=as_json(config["encoding"]),
@@ -44,7 +45,7 @@ rule encode_queries:
     shell:
         "splade-rescale encode-queries --model {input.model} --training-manifest {input.manifest} "
         "--dataset {params.dataset:q} --encoding {params.encoding:q} --device {params.device} "
-        "--threads {threads} --out {output} > {log} 2>&1"
+        "--name {wildcards.dataset} --threads {threads} --out {output.queries} > {log} 2>&1"
 
 
 rule impact_index:
@@ -76,4 +77,4 @@ rule bm25_index:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale bm25-index --dataset {params.dataset:q} --threads {threads} --out {output} > {log} 2>&1"
+        "splade-rescale bm25-index --name {wildcards.dataset} --dataset {params.dataset:q} --threads {threads} --out {output} > {log} 2>&1"

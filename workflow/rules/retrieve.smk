@@ -16,7 +16,7 @@ rule impact_retrieve:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale retrieve --index {input.index} --queries {input.queries} --dataset {params.dataset:q} "
+        "splade-rescale retrieve --index {input.index} --queries {input.queries} --name {wildcards.dataset} --dataset {params.dataset:q} "
         "--k {params.k} --threads {threads} --tag {wildcards.backbone}.{wildcards.variant} "
         "--run {output.run} --stats {output.stats} > {log} 2>&1"
 
@@ -38,5 +38,5 @@ rule bm25_retrieve:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale bm25-retrieve --index {input.index} --dataset {params.dataset:q} --k {params.k} "
+        "splade-rescale bm25-retrieve --index {input.index} --name {wildcards.dataset} --dataset {params.dataset:q} --k {params.k} "
         "--threads {threads} --run {output.run} --stats {output.stats} > {log} 2>&1"

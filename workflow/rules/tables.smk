@@ -1,15 +1,28 @@
-TABLE_NAMES = ["in_domain", "beir", "efficiency", "training"]
-TABLE_TARGETS = [f"results/tables/{t}.md" for t in TABLE_NAMES]
+# Per-backbone summaries, the paper's tables and figures, and what `snakemake --report` shows.
+from splade_rescale.figures import FIGURE_NAMES, FORMATS as FIGURE_FORMATS
+from splade_rescale.tables import FORMATS as TABLE_FORMATS, table_names
+
+
+report: "../report/workflow.rst"
+
+
+TABLE_NAMES = table_names(config)  # + factor_sweep when the config has > 2 constant factors
+TABLE_FILES = [f"results/tables/{t}.{ext}" for t in TABLE_NAMES for ext in TABLE_FORMATS]
+FIGURE_FILES = [f"results/figures/{f}.{ext}" for f in FIGURE_NAMES for ext in FIGURE_FORMATS]
+TABLE_TARGETS = TABLE_FILES + FIGURE_FILES
 
 
 rule backbone_summary:
     """One backbone's whole chain: `snakemake results/summary/{backbone}.json` reruns just it."""
     input:
-        lambda w: backbone_targets(w.backbone),
+        lambda w: backbone_targets(w.backbone)
+        + [f"results/models/{w.backbone}/{v}/train_log.csv" for v in VARIANTS],
     output:
         "results/summary/{backbone}.json",
     log:
         "results/logs/summary/{backbone}.log",
+    benchmark:
+        "results/benchmarks/summary/{backbone}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -22,13 +35,47 @@ rule tables:
         bm25=expand("results/metrics/bm25/{dataset}.json", dataset=DATASETS),
         norms="results/tables/norms.csv",
     output:
-        [f"results/tables/{t}.{ext}" for t in TABLE_NAMES for ext in ("md", "csv", "tex")],
+        # HTML tables go into `snakemake --report`, with workflow/report/tables_{name}.rst as caption
+        [
+            report(f, caption=f"../report/tables_{Path(f).stem}.rst", category="Tables")
+            if f.endswith(".html")
+            else f
+            for f in TABLE_FILES
+        ],
     params:
         config=as_json(config),
+        out_dir=lambda w, output: Path(output[0]).parent,
     log:
         "results/logs/tables.log",
+    benchmark:
+        "results/benchmarks/tables.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale tables --config {params.config:q} --summaries {input.summaries} "
-        "--bm25 {input.bm25} --out-dir results/tables > {log} 2>&1"
+        "--bm25 {input.bm25} --norms-csv {input.norms} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule figures:
+    input:
+        summaries=expand("results/summary/{backbone}.json", backbone=BACKBONES),
+    output:
+        # PNG figures go into the report, with workflow/report/figures_{name}.rst as caption
+        [
+            report(f, caption=f"../report/figures_{Path(f).stem}.rst", category="Figures")
+            if f.endswith(".png")
+            else f
+            for f in FIGURE_FILES
+        ],
+    params:
+        config=as_json(config),
+        out_dir=lambda w, output: Path(output[0]).parent,
+    log:
+        "results/logs/figures.log",
+    benchmark:
+        "results/benchmarks/figures.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale figures --config {params.config:q} --summaries {input.summaries} "
+        "--out-dir {params.out_dir} > {log} 2>&1"

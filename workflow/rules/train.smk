@@ -36,7 +36,6 @@ rule train:
     threads: 2
     resources:
         gpu=gpu_count(),
-        slurm_gpus=gpu_count(),
     log:
         "results/logs/train/{backbone}.{variant}.log",
     benchmark:

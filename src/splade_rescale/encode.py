@@ -1,0 +1,192 @@
+"""Encode corpora and queries with a SPLADE model into Anserini's JsonVectorCollection.
+
+Terms are vocabulary token ids written in decimal (``"2054"``), not token strings: ids are
+plain ASCII words that pass unchanged through Lucene's ``-pretokenized`` whitespace
+tokenisation for every vocabulary (WordPiece ``##`` pieces, byte-level BPE ``Ġ`` pieces,
+tokens containing spaces or punctuation alike), and queries use the same ids.
+Weights are ``round(w * quantization)``; zeros are dropped.
+
+Memory stays bounded whatever the corpus size: documents are read in chunks of
+``chunk_size``, sorted by length inside the chunk (less padding), encoded in batches and
+written back in corpus order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+
+log = logging.getLogger(__name__)
+
+
+class Encoder(Protocol):
+    def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor: ...
+
+
+def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None) -> Encoder:
+    """The project's SPLADE encoder for a saved MLM model folder."""
+    from splade_rescale.splade import SpladeEncoder
+
+    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device)
+
+
+def quantize(reps: torch.Tensor, quantization: float) -> list[dict[str, int]]:
+    """Rows of SPLADE weights -> {token_id: round(w * quantization)} without zeros."""
+    q = torch.round(reps.float() * quantization).to(torch.int64)
+    if (q < 0).any():
+        raise ValueError("negative SPLADE weights: the encoder must end with log(1 + relu(.))")
+    out: list[dict[str, int]] = []
+    for row in q:
+        idx = torch.nonzero(row, as_tuple=True)[0]
+        out.append(dict(zip(map(str, idx.tolist()), row[idx].tolist())))
+    return out
+
+
+class _TermStats:
+    """Counts per-term document frequencies (for FLOPS) and non-zeros."""
+
+    def __init__(self) -> None:
+        self.df: dict[str, int] = {}
+        self.n = 0
+        self.nnz = 0
+        self.n_empty = 0
+
+    def add(self, vec: Mapping[str, int]) -> None:
+        self.n += 1
+        self.nnz += len(vec)
+        self.n_empty += not vec
+        for t in vec:
+            self.df[t] = self.df.get(t, 0) + 1
+
+    def as_dict(self, kind: str, one: str) -> dict:
+        return {f"n_{kind}": self.n, f"mean_nnz_per_{one}": self.nnz / self.n if self.n else 0.0,
+                f"n_{kind}_empty_vector": self.n_empty,
+                "term_df": dict(sorted(self.df.items(), key=lambda kv: int(kv[0])))}
+
+
+def _chunks(it: Iterable, size: int) -> Iterator[list]:
+    it = iter(it)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batch_size: int,
+                   quantization: float) -> list[dict[str, int]]:
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+    vecs: list[dict[str, int] | None] = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        reps = encoder.encode_batch([texts[i] for i in idx], max_length)
+        for i, v in zip(idx, quantize(reps, quantization)):
+            vecs[i] = v
+    return vecs  # type: ignore[return-value]
+
+
+def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
+                batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
+                chunk_size: int = 20_000, total: int | None = None) -> dict:
+    """Write ``docs-00000.jsonl``... (JsonVectorCollection) atomically; return stats."""
+    stats = _TermStats()
+    t0 = time.perf_counter()
+    with atomic_dir(out_dir) as tmp, tqdm(total=total, desc="encode docs", unit="doc", mininterval=5) as bar:
+        fh, written = None, 0
+        for chunk in _chunks(docs, chunk_size):
+            vecs = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization)
+            for (docid, _), vec in zip(chunk, vecs):
+                if written % shard_size == 0:
+                    if fh:
+                        fh.close()
+                    fh = open(tmp / f"docs-{written // shard_size:05d}.jsonl", "w", encoding="utf-8")
+                fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
+                written += 1
+                stats.add(vec)
+            bar.update(len(chunk))
+        if fh:
+            fh.close()
+        if not written:
+            raise ValueError(f"{out_dir}: no documents to encode; check the dataset")
+    secs = time.perf_counter() - t0
+    if stats.n_empty:
+        log.warning("%d of %d documents have an all-zero vector (Anserini skips them)", stats.n_empty, written)
+    return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3), "docs_per_second": round(written / secs, 2),
+            "quantization": quantization, "max_length": max_length}
+
+
+def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: str | Path, max_length: int,
+                      batch_size: int = 32, quantization: float = 100) -> dict:
+    """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats."""
+    qids = list(queries)
+    t0 = time.perf_counter()
+    vecs = _encode_sorted(encoder, [queries[q] for q in qids], max_length, batch_size, quantization)
+    secs = time.perf_counter() - t0
+    stats = _TermStats()
+    with atomic_file(out_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for qid, vec in zip(qids, vecs):
+            fh.write(json.dumps({"id": qid, "vector": vec}) + "\n")
+            stats.add(vec)
+    if stats.n_empty:
+        log.warning("%d of %d queries have an all-zero vector", stats.n_empty, len(vecs))
+    return {**stats.as_dict("queries", "query"), "seconds": round(secs, 3),
+            "queries_per_second_encoding": round(len(qids) / secs, 2) if secs else None,
+            "quantization": quantization, "max_length": max_length}
+
+
+def stats_path_for(out: str | Path) -> Path:
+    """Where the stats JSON of an output goes: beside it (Anserini would read a file inside)."""
+    out = Path(out)
+    return out.with_name(out.name + ".stats.json")
+
+
+def encode_corpus(model_dir: str | Path, dataset_spec: Mapping, out_dir: str | Path, max_length: int,
+                  batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
+                  *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
+                  encoder: Encoder | None = None, chunk_size: int = 20_000) -> dict:
+    """CLI stage: a dataset's (subset) corpus -> JsonVectorCollection in ``out_dir`` + stats JSON beside."""
+    from splade_rescale.datasets import load_dataset
+
+    ds = load_dataset(name, dataset_spec, root)
+    enc = encoder or load_encoder(model_dir, head=head, device=device)
+    total = len(ds.doc_ids) if ds.doc_ids is not None else None
+    stats = encode_docs(enc, ds.iter_docs(), out_dir, max_length, batch_size, quantization, shard_size,
+                        chunk_size, total)
+    write_json(stats_path_for(out_dir), {"dataset": name, "model_dir": str(model_dir), **stats})
+    return stats
+
+
+def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str | Path, max_length: int,
+                   batch_size: int = 32, quantization: float = 100, head: str = "fused",
+                   *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
+                   encoder: Encoder | None = None) -> dict:
+    """CLI stage: a dataset's judged (subset) queries -> query-vector JSONL + stats JSON beside."""
+    from splade_rescale.datasets import load_dataset
+
+    ds = load_dataset(name, dataset_spec, root)
+    enc = encoder or load_encoder(model_dir, head=head, device=device)
+    stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
+    write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir), **stats})
+    return stats
+
+
+def read_stats(path: str | Path) -> dict:
+    """Read a stats JSON written by this module."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def term_df_array(stats: Mapping, vocab_size: int | None = None) -> np.ndarray:
+    """The ``term_df`` of a stats dict as a dense array (index = token id)."""
+    df = stats["term_df"]
+    size = vocab_size or (max(map(int, df), default=-1) + 1)
+    arr = np.zeros(size, dtype=np.int64)
+    for t, c in df.items():
+        arr[int(t)] = c
+    return arr

@@ -1,0 +1,90 @@
+"""One JSON per backbone with everything its chain produced: the single input of tables and figures.
+
+Why: tables and figures then depend on one file per backbone (``results/summary/{backbone}.json``),
+and ``snakemake results/summary/{backbone}.json`` reruns and checks one backbone's whole chain.
+Files are recognised by their place in the results tree, so a stray input is an error, not ignored.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from splade_rescale.atomic import write_json
+
+# train_log.csv columns kept as curves (figures); the last row is kept whole.
+CURVE_COLUMNS = ("step", "loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight")
+# Manifest keys copied into the summary (the recipe is reduced to its name).
+MANIFEST_KEYS = ("status", "reason", "collapse_step", "steps_done", "steps_planned", "device", "world_size",
+                 "wall_s_this_run", "last_log")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def read_train_log(path: str | Path) -> dict[str, list[float | None]]:
+    """The training log's curve columns (empty cells and non-numbers become None)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return {col: [_number(row.get(col) or "") for row in rows] for col in CURVE_COLUMNS}
+
+
+def _classify(path: Path, backbone: str) -> tuple[str, str | None, str | None]:
+    """(kind, variant, dataset) of a results file of ``backbone``, from its path."""
+    parts = path.parts
+    if path.suffix == ".json" and len(parts) >= 2 and parts[-2] == "norms" and path.stem == backbone:
+        return "norms_backbone", None, None
+    if path.suffix == ".json" and len(parts) >= 3 and parts[-3] == "norms" and parts[-2] == backbone:
+        return "norms_variant", path.stem, None
+    if path.name in ("manifest.json", "train_log.csv") and len(parts) >= 4 and parts[-4] == "models" \
+            and parts[-3] == backbone:
+        return ("manifest" if path.name == "manifest.json" else "train_log"), parts[-2], None
+    if path.suffix == ".json" and len(parts) >= 4 and parts[-4] == "metrics" and parts[-3] == backbone:
+        return "metrics", parts[-2], path.stem
+    raise ValueError(f"{path}: not a norms, training or metrics file of backbone {backbone!r}")
+
+
+def _metrics_entry(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A dataset's metrics JSON as kept in the summary: status made explicit, the run path dropped."""
+    entry = {k: v for k, v in metrics.items() if k != "run"}
+    entry["status"] = metrics.get("status") or ("ok" if metrics.get("metrics") is not None else "collapsed")
+    return entry
+
+
+def summarize_backbone(backbone: str, inputs: Iterable[str | Path], out_path: str | Path) -> dict[str, Any]:
+    """Gather one backbone's norms, training outcomes and per-dataset metrics into ``out_path``."""
+    summary: dict[str, Any] = {"backbone": backbone, "norms": None, "variants": {}}
+
+    def variant(name: str) -> dict[str, Any]:
+        return summary["variants"].setdefault(name, {"norms": None, "training": None, "curves": None,
+                                                     "datasets": {}})
+
+    for path in map(Path, inputs):
+        kind, var, dataset = _classify(path, backbone)
+        if kind == "train_log":
+            variant(var)["curves"] = read_train_log(path)
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if kind == "norms_backbone":
+            summary["norms"] = data
+        elif kind == "norms_variant":
+            variant(var)["norms"] = data
+        elif kind == "manifest":
+            training = {k: data.get(k) for k in MANIFEST_KEYS}
+            training["recipe"] = (data.get("recipe") or {}).get("name")
+            variant(var)["training"] = training
+        else:
+            variant(var)["datasets"][dataset] = _metrics_entry(data)
+    write_json(out_path, summary, indent=1)
+    return summary
+
+
+def run_summary(backbone: str, inputs: list[Path], out: Path) -> dict[str, Any]:
+    """CLI stage ``splade-rescale summary``."""
+    return summarize_backbone(backbone, inputs, out)

@@ -1,0 +1,532 @@
+"""The paper's tables (Markdown, CSV, LaTeX and HTML for the Snakemake report) from the summaries.
+
+Why one module: every table shares the same rows (BM25, then backbone x variant), the same
+rule for collapsed runs (the word "collapsed" instead of numbers), the same significance
+procedure and the same provenance line, so a table can never silently differ from another in
+how it was made. Significance: two-sided paired t-test on per-query scores
+(:func:`splade_rescale.evaluate.compare_systems`), Holm correction over all comparisons in a
+table column; marks: † against the same backbone's baseline variant, ‡ against the reference
+backbone with the same variant.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import io
+import json
+import subprocess
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from tabulate import tabulate
+
+from splade_rescale.atomic import write_text
+from splade_rescale.config import parse_factor
+from splade_rescale.evaluate import METRIC_SETS, PRIMARY, compare_systems, correct_pvalues
+
+BASE_TABLES = ("head_norms", "in_domain", "beir", "efficiency", "training")
+SWEEP_TABLE = "factor_sweep"
+FORMATS = ("md", "csv", "tex", "html")
+IN_DOMAIN_SETS = ("msmarco", "trec-dl")
+VERSIONED_PACKAGES = ("torch", "transformers", "pyserini", "ranx", "snakemake")
+COLLAPSED = "collapsed"
+MISSING = "–"
+ALPHA = 0.05
+MARK_BASELINE, MARK_REFERENCE = "†", "‡"
+BM25 = ("BM25", MISSING)
+
+
+# ---------------------------------------------------------------------------- config helpers
+
+
+def constant_variants(config: Mapping[str, Any]) -> dict[str, float]:
+    """Variants with a constant head factor, {name: factor}, in config order."""
+    return {name: parse_factor(spec["factor"]) for name, spec in config["variants"].items()
+            if spec["policy"] == "constant"}
+
+
+def table_names(config: Mapping[str, Any]) -> list[str]:
+    """Tables this config produces: the factor sweep only with more than two constant factors."""
+    return list(BASE_TABLES) + ([SWEEP_TABLE] if len(constant_variants(config)) > 2 else [])
+
+
+def baseline_variant(config: Mapping[str, Any]) -> str:
+    """The unscaled variant significance is tested against: ``baseline``, else a constant factor 1."""
+    if "baseline" in config["variants"]:
+        return "baseline"
+    ones = [name for name, factor in constant_variants(config).items() if factor == 1.0]
+    return ones[0] if ones else next(iter(config["variants"]))
+
+
+def dataset_metric_set(config: Mapping[str, Any], dataset: str) -> str:
+    return config["datasets"][dataset]["metrics"]
+
+
+def primary_mean(config: Mapping[str, Any], datasets: Mapping[str, Mapping[str, Any]]) -> float | str | None:
+    """Mean of each dataset's primary metric over the config's datasets (None if any is missing).
+
+    ``datasets``: {dataset: metrics entry}; any collapsed entry makes the mean ``collapsed``.
+    """
+    values = []
+    for name in config["datasets"]:
+        entry = datasets.get(name)
+        value = cell_value(entry, PRIMARY[dataset_metric_set(config, name)])
+        if value == COLLAPSED:
+            return COLLAPSED
+        if value is None:
+            return None
+        values.append(value)
+    return sum(values) / len(values) if values else None
+
+
+def is_collapsed(entry: Mapping[str, Any] | None) -> bool:
+    """A metrics entry of a model whose training collapsed (it has no scores)."""
+    return entry is not None and (entry.get("status", "ok") != "ok" or entry.get("metrics") is None)
+
+
+def cell_value(entry: Mapping[str, Any] | None, metric: str) -> float | str | None:
+    """One metric of a metrics entry: a number, ``collapsed`` or None (not evaluated)."""
+    if entry is None:
+        return None
+    return COLLAPSED if is_collapsed(entry) else entry["metrics"].get(metric)
+
+
+# ---------------------------------------------------------------------------- provenance
+
+
+def git_commit(where: Path = Path(__file__).resolve().parent) -> str:
+    """Short commit of the checkout holding this package; ``unknown`` outside git."""
+    try:
+        sha = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}+local-changes" if dirty else sha
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in VERSIONED_PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def provenance(config: Mapping[str, Any]) -> str:
+    """One line naming the config, code commit and package versions that made a table or figure."""
+    versions = ", ".join(f"{k} {v}" for k, v in package_versions().items())
+    return (f"Made by config '{config.get('experiment', '?')}' (sha256 {config_hash(config)}), "
+            f"commit {git_commit()}, {versions}.")
+
+
+# ---------------------------------------------------------------------------- table model
+
+
+def fmt_metric(value: Any) -> str:
+    return f"{value:.3f}"
+
+
+def fmt_general(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+    return str(value)
+
+
+@dataclass
+class Column:
+    label: str
+    fmt: Callable[[Any], str] = fmt_general
+
+
+@dataclass
+class Table:
+    """Raw cell values plus significance marks; every output format is rendered from it."""
+
+    name: str
+    caption: str
+    columns: list[Column]
+    rows: list[list[Any]] = field(default_factory=list)
+    marks: dict[tuple[int, int], str] = field(default_factory=dict)
+    tested_columns: set[int] = field(default_factory=set)
+
+    def text(self, r: int, c: int) -> str:
+        value = self.rows[r][c]
+        if value is None:
+            return MISSING
+        if isinstance(value, str):
+            return value
+        return self.columns[c].fmt(value)
+
+
+class Results:
+    """The systems of a run of the workflow and their metrics entries, in config order."""
+
+    def __init__(self, config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path]):
+        self.config = config
+        self.summaries = {}
+        for path in summaries:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            self.summaries[data["backbone"]] = data
+        self.bm25 = {Path(p).stem: json.loads(Path(p).read_text(encoding="utf-8")) for p in bm25}
+        self.baseline = baseline_variant(config)
+        self.reference = config["reference_backbone"]
+        self.models = [(b, v) for b in config["backbones"] if b in self.summaries for v in config["variants"]]
+        self.systems = ([BM25] if self.bm25 else []) + self.models
+
+    def variant(self, system: tuple[str, str]) -> dict[str, Any]:
+        backbone, variant = system
+        return self.summaries[backbone]["variants"].get(variant, {})
+
+    def entry(self, system: tuple[str, str], dataset: str) -> dict[str, Any] | None:
+        if system == BM25:
+            return self.bm25.get(dataset)
+        return self.variant(system).get("datasets", {}).get(dataset)
+
+    def datasets(self, metric_sets: Iterable[str]) -> list[str]:
+        wanted = set(metric_sets)
+        return [d for d in self.config["datasets"] if dataset_metric_set(self.config, d) in wanted]
+
+    def notes(self, datasets: Iterable[str]) -> dict[str, str]:
+        """Each dataset's note (config ``note:`` or the metrics' ``dataset_note``)."""
+        out = {}
+        for d in datasets:
+            note = self.config["datasets"][d].get("note")
+            for system in self.systems:
+                note = note or (self.entry(system, d) or {}).get("dataset_note")
+            if note:
+                out[d] = note
+        return out
+
+
+# ---------------------------------------------------------------------------- significance
+
+
+def mark_column(table: Table, col: int, results: Results, dataset: str, metric: str) -> None:
+    """Test each model against its baseline variant and the reference backbone; Holm over the column."""
+    row_of = {system: r for r, system in enumerate(results.systems)}
+    per_query = {}
+    for system in results.models:
+        entry = results.entry(system, dataset)
+        if cell_value(entry, metric) not in (None, COLLAPSED) and entry.get("per_query"):
+            per_query[system] = entry["per_query"][metric]
+    comparisons: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for system in per_query:
+        backbone, variant = system
+        for ref in ((backbone, results.baseline), (results.reference, variant)):
+            if ref != system and ref in per_query:
+                comparisons.setdefault(ref, []).append(system)
+    raw: dict[tuple[tuple[str, str], tuple[str, str]], float] = {}
+    for ref, systems in comparisons.items():
+        tests = compare_systems({"ref": per_query[ref], **{f"s{i}": per_query[s] for i, s in enumerate(systems)}},
+                                "ref", test="student", correction="holm", alpha=ALPHA)
+        for i, s in enumerate(systems):
+            raw[(s, ref)] = tests[f"s{i}"]["p_value"]
+    adjusted = correct_pvalues(raw, "holm") if raw else {}
+    table.tested_columns.add(col)
+    for (system, ref), p in adjusted.items():
+        if p < ALPHA:
+            mark = MARK_BASELINE if ref[0] == system[0] else MARK_REFERENCE
+            key = (row_of[system], col)
+            table.marks[key] = "".join(sorted(table.marks.get(key, "") + mark))
+
+
+def significance_note(results: Results) -> str:
+    return (f"{MARK_BASELINE}: significantly different from the same backbone's '{results.baseline}' variant; "
+            f"{MARK_REFERENCE}: significantly different from the reference backbone ({results.reference}) with "
+            f"the same variant (two-sided paired t-test on per-query scores, Holm correction over all "
+            f"comparisons in the column, alpha = {ALPHA}; collapsed runs are not tested).")
+
+
+def notes_sentence(notes: Mapping[str, str]) -> str:
+    by_note: dict[str, list[str]] = {}
+    for dataset, note in notes.items():
+        by_note.setdefault(note, []).append(dataset)
+    return " ".join(f"{', '.join(ds)}: {note}." for note, ds in by_note.items())
+
+
+def missing_queries_sentence(results: Results, datasets: Iterable[str]) -> str:
+    """Judged queries a run returned nothing for (scored 0): never silent."""
+    items = []
+    for d in datasets:
+        for system in results.systems:
+            n = (results.entry(system, d) or {}).get("n_queries_without_results") or 0
+            if n:
+                items.append(f"{'/'.join(x for x in system if x != MISSING)} on {d}: {n}")
+    return f" Judged queries without any result (scored 0): {'; '.join(items)}." if items else ""
+
+
+# ---------------------------------------------------------------------------- the tables
+
+
+def label_columns() -> list[Column]:
+    return [Column("backbone"), Column("variant")]
+
+
+def effectiveness_table(name: str, caption: str, results: Results, columns: list[tuple[str, str]],
+                        mean_of: list[tuple[str, str]] | None = None) -> Table:
+    """Rows = systems; one column per (dataset, metric), optionally a mean over ``mean_of`` columns."""
+    table = Table(name, caption, label_columns() + [Column(f"{d} {m}", fmt_metric) for d, m in columns])
+    if mean_of is not None:
+        table.columns.append(Column(f"mean ({len(mean_of)})", fmt_metric))
+    for system in results.systems:
+        row: list[Any] = list(system)
+        row += [cell_value(results.entry(system, d), m) for d, m in columns]
+        if mean_of is not None:
+            values = [cell_value(results.entry(system, d), m) for d, m in mean_of]
+            row.append(COLLAPSED if COLLAPSED in values else
+                       None if None in values or not values else sum(values) / len(values))
+        table.rows.append(row)
+    for c, (d, m) in enumerate(columns, start=2):
+        mark_column(table, c, results, d, m)
+    return table
+
+
+def in_domain_table(results: Results) -> Table:
+    datasets = results.datasets(IN_DOMAIN_SETS)
+    columns = [(d, m) for d in datasets for m in METRIC_SETS[dataset_metric_set(results.config, d)]]
+    caption = ("In-domain effectiveness (MS MARCO dev: MRR@10, R@1000; TREC DL: nDCG@10, R@1000 with "
+               "grade >= 2 relevant). " + significance_note(results) + " "
+               + notes_sentence(results.notes(datasets)) + missing_queries_sentence(results, datasets))
+    return effectiveness_table("in_domain", caption, results, columns)
+
+
+def beir_table(results: Results) -> Table:
+    datasets = results.datasets(["beir"])
+    columns = [(d, PRIMARY["beir"]) for d in datasets]
+    caption = (f"BEIR nDCG@10 per dataset and its mean over the {len(datasets)} BEIR datasets of this config "
+               "(the paper: 13; a mean over another set is not comparable to it). Marks are per dataset, "
+               "none on the mean. " + significance_note(results) + " "
+               + notes_sentence(results.notes(datasets)) + missing_queries_sentence(results, datasets))
+    return effectiveness_table("beir", caption, results, columns, mean_of=columns)
+
+
+EFFICIENCY_COLUMNS = [
+    ("mean_nnz_per_query", "nnz/query", lambda v: f"{v:.1f}"),
+    ("mean_nnz_per_doc", "nnz/doc", lambda v: f"{v:.1f}"),
+    ("flops", "FLOPS", lambda v: f"{v:.3g}"),
+    ("index_size_bytes", "index MB", lambda v: f"{v / 1e6:.1f}"),
+    ("qps", "QPS", lambda v: f"{v:.1f}"),
+]
+
+
+def efficiency_table(results: Results) -> Table:
+    columns = [Column("dataset")] + label_columns() + [Column(label, fmt) for _, label, fmt in EFFICIENCY_COLUMNS]
+    caption = ("Sparsity and efficiency per dataset: mean non-zero terms per query and per document, FLOPS "
+               "(expected multiplications per query-document pair, sum over terms of p_q(t) p_d(t)), "
+               "index size on disk and queries per second of the retrieval run (threads as configured). "
+               "Collapsed runs show 'collapsed'. " + notes_sentence(results.notes(results.config["datasets"])))
+    table = Table("efficiency", caption, columns)
+    for d in results.config["datasets"]:
+        for system in results.systems:
+            entry = results.entry(system, d)
+            row: list[Any] = [d, *system]
+            if is_collapsed(entry):
+                row += [COLLAPSED] * len(EFFICIENCY_COLUMNS)
+            else:
+                eff = (entry or {}).get("efficiency") or {}
+                row += [eff.get(key) for key, _, _ in EFFICIENCY_COLUMNS]
+            table.rows.append(row)
+    return table
+
+
+TRAINING_LOG_COLUMNS = [("loss", "final loss"), ("nnz_q", "nnz q"), ("nnz_d", "nnz d"), ("flops_q", "FLOPS q"),
+                        ("flops_d", "FLOPS d"), ("max_weight", "max weight")]
+
+
+def training_table(results: Results) -> Table:
+    columns = label_columns() + [Column("recipe"), Column("status"), Column("steps")]
+    columns += [Column(label) for _, label in TRAINING_LOG_COLUMNS]
+    columns += [Column("collapse step"), Column("reason")]
+    caption = ("SPLADE training outcome per backbone and variant: status (collapsed = stopped by the collapse "
+               "detector; its last state was still encoded), steps done / planned, and the last logged "
+               "training-batch statistics (loss, mean non-zeros and FLOPS of queries and documents, "
+               "largest term weight). BM25 is not trained.")
+    table = Table("training", caption, columns)
+    for system in results.models:
+        training = results.variant(system).get("training") or {}
+        last = training.get("last_log") or {}
+        steps = (f"{training['steps_done']}/{training['steps_planned']}"
+                 if training.get("steps_done") is not None else None)
+        table.rows.append([*system, training.get("recipe"), training.get("status"), steps,
+                           *[last.get(key) for key, _ in TRAINING_LOG_COLUMNS],
+                           training.get("collapse_step"), training.get("reason")])
+    return table
+
+
+def head_norms_table(results: Results, norms_csv: Path) -> Table:
+    """Decoder norms of each backbone before (as released) and after each variant's rescaling."""
+    from splade_rescale.norms import TABLE_COLUMNS
+
+    label = dict(TABLE_COLUMNS)
+    with open(norms_csv, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    by_key = {(row[label["backbone"]], row[label["variant"]]): row for row in rows}
+    shown = [("decoder_row_norm_mean", "row L2 mean"), ("decoder_frobenius_norm", "‖W‖_F"),
+             ("queries.max_logit", "q max logit")]
+    variants = list(results.config["variants"])
+    columns = label_columns()[:1] + [Column("architecture")]
+    columns += [Column(f"{short} (original)") for _, short in shown]
+    for v in variants:
+        columns += [Column(f"factor ({v})")] + [Column(f"{short} ({v})") for _, short in shown]
+    table = Table("head_norms", "", columns)
+
+    def number(row: Mapping[str, str] | None, key: str) -> float | None:
+        text = (row or {}).get(label[key], "")
+        return float(text) if text not in ("", None) else None
+
+    for backbone in results.config["backbones"]:
+        original = by_key.get((backbone, "backbone"))
+        row: list[Any] = [backbone, (original or {}).get(label["architecture"])]
+        row += [number(original, key) for key, _ in shown]
+        for v in variants:
+            after = by_key.get((backbone, v))
+            row += [number(after, "factor")] + [number(after, key) for key, _ in shown]
+        table.rows.append(row)
+    table.caption = (
+        "MLM-head norms per backbone as released (original) and in each variant's initial model "
+        f"({', '.join(f'{v}: ' + describe_variant(results.config, v) for v in variants)}): mean L2 norm of "
+        "the decoder's vocabulary rows, its Frobenius norm, and the largest logit on the probe queries at "
+        "initialisation. Full statistics: norms.md.")
+    return table
+
+
+def describe_variant(config: Mapping[str, Any], variant: str) -> str:
+    spec = config["variants"][variant]
+    if spec["policy"] == "constant":
+        return f"head x {spec['factor']}"
+    return f"head scaled to {spec['reference']}'s {spec.get('norm', 'mean_row')} norm"
+
+
+def factor_sweep_table(results: Results) -> Table:
+    factors = sorted(constant_variants(results.config).items(), key=lambda kv: -kv[1])
+    table = Table("factor_sweep", "", label_columns()[:1] + [Column(f"x{f:g} ({v})", fmt_metric) for v, f in factors])
+    for backbone in results.config["backbones"]:
+        if backbone not in results.summaries:
+            continue
+        datasets = {v: results.variant((backbone, v)).get("datasets", {}) for v, _ in factors}
+        table.rows.append([backbone] + [primary_mean(results.config, datasets[v]) for v, _ in factors])
+    table.caption = ("Head-factor sweep: mean of each dataset's primary metric (MRR@10 on MS MARCO dev, "
+                     f"nDCG@10 otherwise) over all {len(results.config['datasets'])} datasets of this config, "
+                     "per backbone and constant head factor (x1/16 = the paper's k = 16). A run collapsed on "
+                     "any dataset shows 'collapsed'. No significance test on this mean.")
+    return table
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def cell(table: Table, r: int, c: int) -> str:
+    """Displayed text of a cell, with its significance marks."""
+    return table.text(r, c) + table.marks.get((r, c), "")
+
+
+def render_md(table: Table, footer: str) -> str:
+    body = tabulate([[cell(table, r, c) for c in range(len(table.columns))] for r in range(len(table.rows))],
+                    headers=[col.label for col in table.columns], tablefmt="pipe", disable_numparse=True)
+    return f"**Table: {table.name}.** {table.caption}\n\n{body}\n\n_{footer}_\n"
+
+
+def render_csv(table: Table, footer: str) -> str:
+    """Raw numbers (full precision); marks in a ``<column> marks`` column after each tested column."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    buffer.write(f"# {table.caption}\n# {footer}\n")
+    header = []
+    for c, col in enumerate(table.columns):
+        header += [col.label] + ([f"{col.label} marks"] if c in table.tested_columns else [])
+    writer.writerow(header)
+    for r, row in enumerate(table.rows):
+        out = []
+        for c, value in enumerate(row):
+            out.append("" if value is None else value)
+            if c in table.tested_columns:
+                out.append(table.marks.get((r, c), ""))
+        writer.writerow(out)
+    return buffer.getvalue()
+
+
+LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                 "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+                 "‖": r"$\|$", "–": "--", "†": r"$^\dagger$", "‡": r"$^\ddagger$", "≥": r"$\geq$"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def render_tex(table: Table, footer: str) -> str:
+    align = "".join("r" if any(isinstance(row[c], (int, float)) and not isinstance(row[c], bool)
+                               for row in table.rows) else "l" for c in range(len(table.columns)))
+    lines = [r"% needs \usepackage{booktabs}", r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{{latex_escape(table.caption)}}}",
+             rf"\label{{tab:{table.name.replace('_', '-')}}}", r"\resizebox{\textwidth}{!}{%",
+             rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+             " & ".join(latex_escape(col.label) for col in table.columns) + r" \\", r"\midrule"]
+    for r in range(len(table.rows)):
+        lines.append(" & ".join(latex_escape(cell(table, r, c)) for c in range(len(table.columns))) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}}", r"\par\footnotesize " + latex_escape(footer), r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(table: Table, footer: str) -> str:
+    """A self-contained page: the Snakemake report shows HTML results inline."""
+    def esc(text: str) -> str:
+        return html.escape(text, quote=False)
+
+    head = "".join(f"<th>{esc(col.label)}</th>" for col in table.columns)
+    body = "\n".join("<tr>" + "".join(f"<td>{esc(cell(table, r, c))}</td>" for c in range(len(table.columns)))
+                     + "</tr>" for r in range(len(table.rows)))
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{table.name}</title>"
+            "<style>table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;"
+            "padding:2px 6px;text-align:right}caption{text-align:left;padding:4px}</style></head><body>\n"
+            f"<table><caption>{esc(table.caption)}<br><small>{esc(footer)}</small></caption>\n"
+            f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>\n</body></html>\n")
+
+
+RENDERERS = {"md": render_md, "csv": render_csv, "tex": render_tex, "html": render_html}
+
+
+def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
+                 norms_csv: str | Path) -> list[Table]:
+    results = Results(config, summaries, bm25)
+    builders: dict[str, Callable[[], Table]] = {
+        "head_norms": lambda: head_norms_table(results, Path(norms_csv)),
+        "in_domain": lambda: in_domain_table(results),
+        "beir": lambda: beir_table(results),
+        "efficiency": lambda: efficiency_table(results),
+        "training": lambda: training_table(results),
+        SWEEP_TABLE: lambda: factor_sweep_table(results),
+    }
+    return [builders[name]() for name in table_names(config)]
+
+
+def write_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
+                 norms_csv: str | Path, out_dir: str | Path) -> list[Path]:
+    """Write every table of :func:`table_names` in all :data:`FORMATS` to ``out_dir``."""
+    footer = provenance(config)
+    written = []
+    for table in build_tables(config, summaries, bm25, norms_csv):
+        for ext in FORMATS:
+            path = Path(out_dir) / f"{table.name}.{ext}"
+            write_text(path, RENDERERS[ext](table, footer))
+            written.append(path)
+    return written
+
+
+def run_tables(config: dict, summaries: list[Path], bm25: list[Path], norms_csv: Path, out_dir: Path) -> list[Path]:
+    """CLI stage ``splade-rescale tables``."""
+    return write_tables(config, summaries, bm25, norms_csv, out_dir)

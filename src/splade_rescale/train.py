@@ -1,0 +1,459 @@
+"""SPLADE fine-tuning: contrastive (or distillation) loss + warmed-up FLOPS, with collapse
+detection, atomic checkpoints and exact resume.
+
+Why collapse detection: backbones with a large-norm MLM head collapse under standard SPLADE
+training (the paper's subject). A collapsed run must not crash the workflow: it stops,
+records ``status: collapsed`` with the step and reason, and still writes its last state as
+the final model so that encoding and evaluation go on.
+
+Batch layout: ``batch_size`` queries per optimisation step in total, split into
+``grad_accumulation`` micro-batches and then across ranks. In-batch negatives and FLOPS are
+computed over a micro-batch gathered from all ranks, exactly as one process would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+import yaml
+from tqdm.auto import tqdm
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+from splade_rescale.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss,
+                                   margin_mse_loss, regulariser_weight)
+from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device
+from splade_rescale.training_data import Example, example_stream, load_teacher_scores
+
+log = logging.getLogger(__name__)
+
+RECIPES_PATH = Path(__file__).resolve().parents[2] / "config" / "recipes.yaml"
+REQUIRED_KEYS = ("steps", "batch_size", "negatives_per_query", "lr", "warmup_steps", "weight_decay",
+                 "max_grad_norm", "grad_accumulation", "query_max_length", "doc_max_length", "lambda_q",
+                 "lambda_d", "flops_warmup_steps", "temperature", "precision", "head", "log_every",
+                 "checkpoint_every", "seed")
+OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "loss": "contrastive",          # contrastive | margin_mse | kl (the last two need teacher_scores)
+    "teacher_scores": None,         # qid<TAB>docid<TAB>score file
+    "chunk_size": 8192,             # vocabulary chunk of the fused head
+    "shuffle_buffer": 10_000,
+    "keep_checkpoints": 2,
+    "collapse_min_nnz": 1.0,        # mean non-zeros per query or document below this ...
+    "collapse_dense_fraction": 0.5,  # ... or above this fraction of the vocabulary ...
+    "collapse_patience": 5,          # ... for this many consecutive steps -> collapsed
+    "source": None,                 # where the values come from (documentation only)
+}
+RECIPE_KEYS = frozenset(REQUIRED_KEYS) | frozenset(OPTIONAL_DEFAULTS)
+LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d",
+               "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm",
+               "queries_per_s", "elapsed_s")
+_STAT_NAMES = ("loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight")
+
+
+class TrainingConfigError(ValueError):
+    """A recipe or override problem, in one line naming the key and the fix."""
+
+
+# ---------------------------------------------------------------------------- recipes
+
+
+def _check_keys(values: Mapping[str, Any], where: str) -> None:
+    unknown = sorted(set(values) - RECIPE_KEYS)
+    if unknown:
+        raise TrainingConfigError(f"{where}: unknown recipe key(s) {', '.join(unknown)}; "
+                                  f"expected among: {', '.join(sorted(RECIPE_KEYS))}")
+
+
+def resolve_recipe(config: Mapping[str, Any], backbone: str, variant: str) -> dict[str, Any]:
+    """The recipe named by ``training.recipe`` with ``training.overrides`` applied.
+
+    Overrides: ``{backbone: {key: value}}`` applies to all variants of a backbone,
+    ``{backbone: {variant: {key: value}}}`` to one variant (the more specific wins).
+    Recipes come from ``config["recipes"]`` or else ``config/recipes.yaml``.
+    """
+    recipes = config.get("recipes")
+    if not recipes:
+        with open(RECIPES_PATH) as f:
+            recipes = yaml.safe_load(f)["recipes"]
+    name = config["training"]["recipe"]
+    if name not in recipes:
+        raise TrainingConfigError(f"training.recipe = {name!r} is not in config/recipes.yaml; "
+                                  f"expected one of: {', '.join(recipes)}")
+    recipe = {**OPTIONAL_DEFAULTS, **recipes[name]}
+    _check_keys(recipes[name], f"recipes.{name}")
+    missing = [k for k in REQUIRED_KEYS if k not in recipe]
+    if missing:
+        raise TrainingConfigError(f"recipes.{name}: missing key(s) {', '.join(missing)}")
+    per_backbone = dict(config["training"].get("overrides", {}).get(backbone) or {})
+    variant_names = set(config.get("variants", {}))
+    per_variant = {k: v for k, v in per_backbone.items() if k in variant_names}
+    backbone_level = {k: v for k, v in per_backbone.items() if k not in variant_names}
+    _check_keys(backbone_level, f"training.overrides.{backbone}")
+    recipe.update(backbone_level)
+    own = per_variant.get(variant) or {}
+    _check_keys(own, f"training.overrides.{backbone}.{variant}")
+    recipe.update(own)
+    recipe["name"] = name
+    return recipe
+
+
+def _validate(recipe: Mapping[str, Any], world: int) -> int:
+    """Check the recipe's values; return queries per micro-batch per rank."""
+    _check_keys({k: v for k, v in recipe.items() if k != "name"}, "recipe")
+    for key in ("lr", "weight_decay", "max_grad_norm", "lambda_q", "lambda_d", "temperature"):
+        if isinstance(recipe[key], bool) or not isinstance(recipe[key], (int, float)):
+            raise TrainingConfigError(f"{key} = {recipe[key]!r} is not a number (in YAML write 2.0e-5, not 2e-5)")
+    per_rank = recipe["batch_size"] // (recipe["grad_accumulation"] * world)
+    if per_rank < 1 or per_rank * recipe["grad_accumulation"] * world != recipe["batch_size"]:
+        raise TrainingConfigError(f"batch_size = {recipe['batch_size']} must be a multiple of grad_accumulation "
+                                  f"({recipe['grad_accumulation']}) x processes ({world})")
+    if recipe["loss"] not in ("contrastive", "margin_mse", "kl"):
+        raise TrainingConfigError(f"loss = {recipe['loss']!r}: use contrastive, margin_mse or kl")
+    if recipe["loss"] != "contrastive" and not recipe["teacher_scores"]:
+        raise TrainingConfigError(f"loss = {recipe['loss']} needs teacher_scores (a qid<TAB>docid<TAB>score "
+                                  "file); set it or use loss: contrastive")
+    if recipe["precision"] not in ("auto", "bf16", "fp32"):
+        raise TrainingConfigError(f"precision = {recipe['precision']!r}: use auto, bf16 or fp32")
+    return per_rank
+
+
+# ---------------------------------------------------------------------------- pieces
+
+
+def _init_distributed() -> tuple[int, int]:
+    """(rank, world size); starts the process group under torchrun (WORLD_SIZE > 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _optimizer(model: torch.nn.Module, recipe: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW (no weight decay on biases and norm weights, i.e. 1-D tensors) + linear warm-up/decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": recipe["weight_decay"]},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=recipe["lr"])
+    warm, total = recipe["warmup_steps"], recipe["steps"]
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        return max(0.0, (total - step) / max(1, total - warm))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _checkpoints(checkpoint_dir: Path) -> list[Path]:
+    return sorted(checkpoint_dir.glob("step-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+
+
+def _save_checkpoint(checkpoint_dir: Path, state: dict[str, Any], keep: int) -> None:
+    """Write ``step-N.pt`` atomically, then keep only the newest ``keep`` checkpoints."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_file(checkpoint_dir / f"step-{state['step']:07d}.pt") as tmp:
+        torch.save(state, tmp)
+    for old in _checkpoints(checkpoint_dir)[:-max(1, keep)]:
+        old.unlink(missing_ok=True)
+
+
+def _comparable(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """Recipe values that change the trajectory (logging/checkpoint cadence may differ on resume)."""
+    return {k: v for k, v in recipe.items() if k not in ("log_every", "checkpoint_every", "keep_checkpoints")}
+
+
+def _latest_checkpoint(checkpoint_dir: Path, recipe: Mapping[str, Any]) -> dict[str, Any] | None:
+    found = _checkpoints(checkpoint_dir) if checkpoint_dir.is_dir() else []
+    if not found:
+        return None
+    state = torch.load(found[-1], map_location="cpu", weights_only=False)
+    ours, theirs = _comparable(recipe), _comparable(state["recipe"])
+    if ours != theirs:
+        diff = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+        raise TrainingConfigError(f"{found[-1]}: written with a different recipe ({', '.join(diff)}); "
+                                  f"delete {checkpoint_dir} to start over")
+    return state
+
+
+def _truncate_log(log_csv: Path, step: int) -> None:
+    """Drop log rows after the resumed step (written after the last checkpoint, then lost)."""
+    if not log_csv.exists():
+        return
+    with open(log_csv, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["step"]) <= step]
+    with atomic_file(log_csv) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _append_log(log_csv: Path, row: Mapping[str, Any]) -> None:
+    new = not log_csv.exists()
+    with open(log_csv, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
+        if new:
+            writer.writeheader()
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def _batches(stream: Iterator[Example], size: int, negatives: int) -> Iterator[list[Example]]:
+    while True:
+        batch = [next(stream) for _ in range(size)]
+        short = min(len(ex["negatives"]) for ex in batch)
+        if short < negatives:
+            raise TrainingConfigError(f"negatives_per_query = {negatives} but the training data gives only "
+                                      f"{short} negative(s) per example; lower negatives_per_query")
+        yield batch
+
+
+def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[str, Any],
+                lam_q: float, lam_d: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loss of one micro-batch (this rank's share) and its detached statistics."""
+    n = recipe["negatives_per_query"]
+    docs = [ex["positive"] for ex in batch] + [d for ex in batch for d in ex["negatives"][:n]]
+    with autocast_for(encoder.device, recipe["precision"]):
+        q = encoder(**encoder.tokenize([ex["query"] for ex in batch], recipe["query_max_length"])).float()
+        d = encoder(**encoder.tokenize(docs, recipe["doc_max_length"])).float()
+    # Documents of all ranks: positives first (in rank order), then negatives.
+    b = len(batch)
+    pos_all, offset = gather_rows(d[:b])
+    neg_all, _ = gather_rows(d[b:])
+    q_all, _ = gather_rows(q)
+    if recipe["loss"] == "contrastive":
+        rank_loss = contrastive_loss(q, torch.cat([pos_all, neg_all]), recipe["temperature"], offset)
+    else:
+        teacher = torch.tensor([ex["teacher"][:n + 1] for ex in batch], device=q.device)
+        fn = margin_mse_loss if recipe["loss"] == "margin_mse" else kl_loss
+        rank_loss = fn(q, d, teacher)
+    flops_q, flops_d = flops(q_all), flops(torch.cat([pos_all, neg_all]))
+    loss = rank_loss + lam_q * flops_q + lam_d * flops_d
+    with torch.no_grad():
+        stats = torch.stack([loss, rank_loss, flops_q, flops_d, (q > 0).sum(1).float().mean(),
+                             (d > 0).sum(1).float().mean(), torch.maximum(q.max(), d.max()),
+                             torch.cat([q, d]).mean()]).detach()
+    return loss, stats
+
+
+def _write_final(encoder: SpladeEncoder, final_dir: Path, max_length: int) -> None:
+    """Save a folder that loads with AutoModelForMaskedLM and as a sentence-transformers SparseEncoder.
+
+    The sentence-transformers files (modules.json, sentence_bert_config.json,
+    1_SpladePooling/config.json, config_sentence_transformers.json) are written by
+    sentence-transformers itself, from a Transformer(fill-mask) + SpladePooling(max) model.
+    """
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules.transformer import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    with atomic_dir(final_dir) as tmp:
+        encoder.model.save_pretrained(tmp)
+        encoder.tokenizer.save_pretrained(tmp)
+        st_model = SparseEncoder(modules=[
+            Transformer(str(tmp), transformer_task="fill-mask", max_seq_length=max_length),
+            SpladePooling(pooling_strategy="max", embedding_dimension=encoder.vocab_size)], device="cpu")
+        st_model.save(str(tmp), create_model_card=False)
+
+
+def _file_logger(path: Path) -> logging.Handler:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("splade_rescale").addHandler(handler)
+    logging.getLogger("splade_rescale").setLevel(logging.INFO)
+    return handler
+
+
+# ---------------------------------------------------------------------------- trainer
+
+
+def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Path, manifest_path: str | Path,
+                 checkpoint_dir: str | Path, recipe: Mapping[str, Any], data_spec: Mapping[str, Any],
+                 device: str = "auto", root: str | Path = ".", log_file: str | Path | None = None
+                 ) -> dict[str, Any]:
+    """Train SPLADE from ``init_dir``; resume from ``checkpoint_dir`` if it holds a checkpoint.
+
+    Writes the final model (also on collapse), the CSV log, ``log_file`` (Python logging;
+    default ``train.log`` beside the CSV) and the manifest; returns the manifest.
+    """
+    final_dir, log_csv, checkpoint_dir = Path(final_dir), Path(log_csv), Path(checkpoint_dir)
+    recipe = dict(recipe)
+    rank, world = _init_distributed()
+    per_rank = _validate(recipe, world)
+    dev = resolve_device(device)
+    if dev.type == "cuda" and world > 1:
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    handler = _file_logger(Path(log_file) if log_file else log_csv.parent / "train.log") if rank == 0 else None
+    try:
+        return _train(Path(init_dir), final_dir, log_csv, Path(manifest_path), checkpoint_dir, recipe,
+                      dict(data_spec), dev, Path(root), rank, world, per_rank)
+    finally:
+        if handler is not None:
+            logging.getLogger("splade_rescale").removeHandler(handler)
+            handler.close()
+
+
+def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, checkpoint_dir: Path,
+           recipe: dict[str, Any], data_spec: dict[str, Any], dev: torch.device, root: Path,
+           rank: int, world: int, per_rank: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    random.seed(recipe["seed"])
+    torch.manual_seed(recipe["seed"])
+    model = AutoModelForMaskedLM.from_pretrained(str(init_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
+    encoder = SpladeEncoder(model, tokenizer, head=recipe["head"], chunk_size=recipe["chunk_size"],
+                            precision=recipe["precision"]).to(dev)
+    encoder.train()
+    optimizer, scheduler = _optimizer(encoder, recipe)
+    params = [p for p in encoder.parameters() if p.requires_grad]
+
+    step, elapsed_before, zero_run, dense_run = 0, 0.0, 0, 0
+    state = _latest_checkpoint(checkpoint_dir, recipe)
+    if state is not None:
+        encoder.model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        step, elapsed_before = state["step"], state["elapsed_s"]
+        zero_run, dense_run = state["zero_run"], state["dense_run"]
+        log.info("resumed from %s at step %d", checkpoint_dir, step)
+    if rank == 0:
+        log_csv.parent.mkdir(parents=True, exist_ok=True)
+        _truncate_log(log_csv, step) if step else log_csv.unlink(missing_ok=True)
+    log.info("training %s -> %s: recipe %s, %d steps, %d processes, device %s",
+             init_dir, final_dir, recipe.get("name", "?"), recipe["steps"], world, dev)
+
+    teacher = load_teacher_scores(root / recipe["teacher_scores"]) if recipe["loss"] != "contrastive" else None
+    accum = recipe["grad_accumulation"]
+    micro_global = recipe["batch_size"] // accum
+    stream = example_stream(data_spec, recipe["seed"], start=step * recipe["batch_size"],
+                            shuffle_buffer=recipe["shuffle_buffer"], teacher=teacher, root=root)
+    batches = _batches(stream, micro_global, recipe["negatives_per_query"])
+    vocab = encoder.vocab_size
+    status, reason, collapse_step = "ok", None, None
+    last_row: dict[str, Any] = {}
+    t_start = time.perf_counter()
+    bar = tqdm(total=recipe["steps"], initial=step, disable=rank != 0, desc="train", mininterval=5)
+    while step < recipe["steps"]:
+        t0 = time.perf_counter()
+        lam_q = regulariser_weight(recipe["lambda_q"], step + 1, recipe["flops_warmup_steps"])
+        lam_d = regulariser_weight(recipe["lambda_d"], step + 1, recipe["flops_warmup_steps"])
+        totals = torch.zeros(len(_STAT_NAMES), device=dev)
+        for _ in range(accum):
+            batch = next(batches)[rank * per_rank:(rank + 1) * per_rank]
+            loss, stats = _micro_step(encoder, batch, recipe, lam_q, lam_d)
+            (loss / accum).backward()
+            totals += stats / accum
+        average_gradients(params)
+        if world > 1:
+            dist.all_reduce(totals)
+            totals /= world
+        max_norm = recipe["max_grad_norm"] if recipe["max_grad_norm"] > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        values = dict(zip(_STAT_NAMES, totals.tolist()))
+        lr = scheduler.get_last_lr()[0]
+        if not (math.isfinite(values["loss"]) and math.isfinite(grad_norm)):
+            status, reason, collapse_step = "collapsed", f"non-finite loss ({values['loss']}) or gradient " \
+                                                         f"norm ({grad_norm})", step + 1
+            optimizer.zero_grad(set_to_none=True)  # keep the last finite weights
+        else:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+        step += 1
+        bar.update(1)
+        low = min(values["nnz_q"], values["nnz_d"]) < recipe["collapse_min_nnz"]
+        high = max(values["nnz_q"], values["nnz_d"]) > recipe["collapse_dense_fraction"] * vocab
+        zero_run, dense_run = (zero_run + 1) * low, (dense_run + 1) * high
+        if status == "ok" and zero_run >= recipe["collapse_patience"]:
+            status, collapse_step = "collapsed", step
+            reason = (f"all-zero representations: mean non-zeros q={values['nnz_q']:.2f}, d={values['nnz_d']:.2f} "
+                      f"< {recipe['collapse_min_nnz']} for {zero_run} steps")
+        if status == "ok" and dense_run >= recipe["collapse_patience"]:
+            status, collapse_step = "collapsed", step
+            reason = (f"near-dense representations: mean non-zeros q={values['nnz_q']:.0f}, d={values['nnz_d']:.0f} "
+                      f"> {recipe['collapse_dense_fraction']} x vocab ({vocab}) for {dense_run} steps")
+        dt = time.perf_counter() - t0
+        last_row = {"step": step, "lr": lr, "lambda_q": lam_q, "lambda_d": lam_d, "loss": values["loss"],
+                    "loss_rank": values["loss_rank"], "loss_flops_q": lam_q * values["flops_q"],
+                    "loss_flops_d": lam_d * values["flops_d"], "flops_q": values["flops_q"],
+                    "flops_d": values["flops_d"], "nnz_q": values["nnz_q"], "nnz_d": values["nnz_d"],
+                    "max_weight": values["max_weight"], "mean_weight": values["mean_weight"],
+                    "grad_norm": grad_norm, "queries_per_s": recipe["batch_size"] / dt,
+                    "elapsed_s": elapsed_before + time.perf_counter() - t_start}
+        if rank == 0 and (step % recipe["log_every"] == 0 or step == recipe["steps"] or status != "ok"):
+            _append_log(log_csv, last_row)
+            log.info("step %d: %s", step, {k: round(v, 4) for k, v in last_row.items() if isinstance(v, float)})
+        if status != "ok":
+            log.warning("collapse at step %d: %s", collapse_step, reason)
+            break
+        if rank == 0 and step % recipe["checkpoint_every"] == 0 and step < recipe["steps"]:
+            _save_checkpoint(checkpoint_dir, {
+                "step": step, "examples_seen": step * recipe["batch_size"], "recipe": recipe,
+                "model": encoder.model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "rng": _rng_state(), "zero_run": zero_run,
+                "dense_run": dense_run, "elapsed_s": last_row["elapsed_s"]}, recipe["keep_checkpoints"])
+    bar.close()
+
+    manifest = {"status": status, "reason": reason, "collapse_step": collapse_step, "steps_done": step,
+                "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec, "init_dir": str(init_dir),
+                "final_dir": str(final_dir), "device": str(dev), "world_size": world,
+                "bf16_autocast": recipe["precision"] == "bf16" or (recipe["precision"] == "auto" and dev.type == "cuda"),
+                "head": recipe["head"], "last_log": last_row, "wall_s_this_run": time.perf_counter() - started,
+                "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
+    if rank == 0:
+        _write_final(encoder, final_dir, recipe["doc_max_length"])
+        write_json(manifest_path, manifest)
+        log.info("finished: status %s after %d steps (%s)", status, step, reason or "no collapse")
+    return manifest
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m splade_rescale.train`` (or under ``torchrun``): one training run."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("init-dir", "final-dir", "log-csv", "manifest", "checkpoint-dir"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--recipe-json", required=True, help="resolved recipe (resolve_recipe) as JSON")
+    p.add_argument("--data-json", required=True, help="training.data spec as JSON")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--root", default=".")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    manifest = run_training(a.init_dir, a.final_dir, a.log_csv, a.manifest, a.checkpoint_dir,
+                            json.loads(a.recipe_json), json.loads(a.data_json), device=a.device, root=a.root)
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    print(json.dumps({"status": manifest["status"], "steps_done": manifest["steps_done"]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Streams of SPLADE training examples ``{query, positive, negatives[, qid, pos_id, neg_ids, teacher]}``.
+
+Sources (``training.data`` in the config):
+
+* ``ir_datasets``: ``id`` of a dataset with doc pairs, e.g. ``msmarco-passage/train/triples-small``;
+  the pairs are streamed and texts looked up per example (never all triples in RAM).
+* ``tsv_triples``: ``path`` to ``query<TAB>positive<TAB>negative`` texts.
+* ``beir_local``: a BEIR train split; its BM25 hard negatives are mined once by
+  :func:`mine_bm25_examples` into a JSONL file that the spec names as ``examples``.
+* ``examples_jsonl``: ``path`` to such a mined file.
+
+The order is a seeded shuffle (buffer of ``shuffle_buffer`` records, reseeded each epoch)
+and the stream cycles forever, so example ``i`` is the same on every run. Resuming skips
+the first ``start`` records without looking up their texts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from splade_rescale.atomic import atomic_file
+from splade_rescale.datasets import iter_triples_tsv, load_dataset
+
+log = logging.getLogger(__name__)
+
+Example = dict[str, Any]
+TeacherScores = dict[tuple[str, str], float]
+
+
+class TrainingDataError(ValueError):
+    """A training-data spec or file problem; the message names the key or file and the fix."""
+
+
+def _read_jsonl_lines(path: Path) -> Iterator[str]:
+    if not path.exists():
+        raise TrainingDataError(f"{path}: examples file not found; mine it with "
+                                "splade_rescale.training_data.mine_bm25_examples")
+    with open(path, encoding="utf-8") as fh:
+        yield from (line for line in fh if line.strip())
+
+
+def _irds_source(ds_id: str) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
+    import ir_datasets
+
+    try:
+        dataset = ir_datasets.load(ds_id)
+    except KeyError as e:
+        raise TrainingDataError(f"training.data.id = {ds_id!r}: not an ir_datasets id") from e
+    if not dataset.has_docpairs():
+        raise TrainingDataError(f"training.data.id = {ds_id!r} has no doc pairs; use e.g. "
+                                "msmarco-passage/train/triples-small")
+    store = dataset.docs_store()
+    queries: dict[str, str] = {}
+
+    def materialise(pair: Any) -> Example:
+        if not queries:  # loaded on first use: skipping records never needs texts
+            queries.update((q.query_id, q.text) for q in dataset.queries_iter())
+        return {"qid": pair.query_id, "query": queries[pair.query_id],
+                "pos_id": pair.doc_id_a, "positive": store.get(pair.doc_id_a).text,
+                "neg_ids": [pair.doc_id_b], "negatives": [store.get(pair.doc_id_b).text]}
+
+    return dataset.docpairs_iter, materialise
+
+
+def _source(spec: Mapping[str, Any], root: Path) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
+    """(factory of cheap raw records, record -> example) for a ``training.data`` spec."""
+    src = spec.get("source")
+    if src == "ir_datasets":
+        if "id" not in spec:
+            raise TrainingDataError("training.data: source ir_datasets needs an 'id' key")
+        return _irds_source(str(spec["id"]))
+    if src == "tsv_triples":
+        path = root / spec["path"]
+        return (lambda: iter_triples_tsv(path),
+                lambda t: {"query": t[0], "positive": t[1], "negatives": [t[2]]})
+    if src in ("beir_local", "examples_jsonl"):
+        key = "examples" if src == "beir_local" else "path"
+        if key not in spec:
+            raise TrainingDataError(
+                f"training.data: source {src} needs an '{key}' key naming the mined examples JSONL "
+                "(written by splade_rescale.training_data.mine_bm25_examples)")
+        path = root / spec[key]
+        return lambda: _read_jsonl_lines(path), json.loads
+    raise TrainingDataError(f"training.data.source = {src!r}: use ir_datasets, tsv_triples, beir_local "
+                            "or examples_jsonl")
+
+
+def _shuffled(records: Iterable[Any], rng: random.Random, buffer: int) -> Iterator[Any]:
+    """Seeded buffer shuffle: memory O(buffer), order fixed by the RNG's seed."""
+    pool: list[Any] = []
+    for rec in records:
+        if len(pool) < buffer:
+            pool.append(rec)
+            continue
+        j = rng.randrange(buffer)
+        yield pool[j]
+        pool[j] = rec
+    rng.shuffle(pool)
+    yield from pool
+
+
+def load_teacher_scores(path: str | Path) -> TeacherScores:
+    """Teacher scores from a ``qid<TAB>docid<TAB>score`` file, keyed by (qid, docid)."""
+    scores: TeacherScores = {}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            parts = line.split()
+            if len(parts) != 3:
+                raise TrainingDataError(f"{path}:{lineno}: expected 'qid<TAB>docid<TAB>score'")
+            scores[(parts[0], parts[1])] = float(parts[2])
+    return scores
+
+
+def _attach_teacher(ex: Example, teacher: TeacherScores) -> Example:
+    if "qid" not in ex:
+        raise TrainingDataError("distillation needs example ids; the tsv_triples source has none "
+                                "(use ir_datasets or mined examples, or drop teacher_scores)")
+    try:
+        ex["teacher"] = [teacher[(ex["qid"], d)] for d in [ex["pos_id"], *ex["neg_ids"]]]
+    except KeyError as e:
+        raise TrainingDataError(f"teacher scores have no score for (qid, docid) = {e.args[0]}") from None
+    return ex
+
+
+def example_stream(spec: Mapping[str, Any], seed: int, start: int = 0, shuffle_buffer: int = 10_000,
+                   teacher: TeacherScores | None = None, root: str | Path = ".") -> Iterator[Example]:
+    """Endless seeded stream of examples, beginning after the first ``start`` of them."""
+    records, materialise = _source(spec, Path(root))
+    index, epoch = 0, 0
+    while True:
+        n_epoch = 0
+        for rec in _shuffled(records(), random.Random(f"{seed}:{epoch}"), shuffle_buffer):
+            n_epoch += 1
+            index += 1
+            if index > start:
+                ex = materialise(rec)
+                yield _attach_teacher(ex, teacher) if teacher is not None else ex
+        if n_epoch == 0:
+            raise TrainingDataError(f"training.data ({spec.get('source')}) yielded no examples")
+        epoch += 1
+
+
+def mine_bm25_examples(spec: Mapping[str, Any], out_path: str | Path, index_dir: str | Path,
+                       negatives: int = 8, depth: int = 100, threads: int = 1,
+                       root: str | Path = ".") -> dict[str, Any]:
+    """Write one example per (query, relevant document) of a BEIR train split, with BM25 negatives.
+
+    Negatives are the top BM25 hits (Pyserini, default k1/b) that are not judged relevant.
+    The JSONL is written atomically; training then streams it.
+    """
+    from splade_rescale.lucene import bm25_negatives, build_bm25_index
+
+    ds = load_dataset("training", {**spec, "split": spec.get("split", "train")}, root=root)
+    build_bm25_index(ds.iter_docs(), index_dir, threads=threads)
+    positives = {q: {d for d, g in rels.items() if g > 0} for q, rels in ds.qrels.items()}
+    negs = bm25_negatives(index_dir, ds.queries, positives, depth=depth, n=negatives, threads=threads)
+    wanted = set().union(*positives.values(), *negs.values())
+    texts = {d: t for d, t in ds.iter_docs() if d in wanted}
+    n_written = n_short = 0
+    with atomic_file(out_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for qid in sorted(positives):
+            neg_ids = [d for d in negs.get(qid, []) if d in texts]
+            if len(neg_ids) < negatives:
+                n_short += 1
+                continue
+            for pos in sorted(positives[qid]):
+                if pos not in texts:
+                    continue
+                fh.write(json.dumps({"qid": qid, "query": ds.queries[qid], "pos_id": pos, "positive": texts[pos],
+                                     "neg_ids": neg_ids, "negatives": [texts[d] for d in neg_ids]},
+                                    ensure_ascii=False) + "\n")
+                n_written += 1
+    if n_short:
+        log.warning("mining: %d queries had fewer than %d BM25 negatives (skipped)", n_short, negatives)
+    return {"examples": n_written, "queries": len(positives) - n_short, "skipped_queries": n_short,
+            "negatives_per_query": negatives, "depth": depth}

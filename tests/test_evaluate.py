@@ -1,0 +1,125 @@
+"""evaluate.py against published figures and trec_eval (pytrec_eval), plus stats helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import pytrec_eval
+
+from splade_rescale.datasets import load_dataset
+from splade_rescale.evaluate import (compare_systems, correct_pvalues, efficiency_stats, evaluate_run, flops,
+                                     paired_test, run_evaluate, trec_order)
+from splade_rescale.lucene import read_trec_run
+
+POOL = Path(__file__).resolve().parents[1] / "resources" / "demo" / "msmarco-dl19-dl20-pool"
+
+
+def _qrels(year: str, in_pool: bool = False):
+    suffix = ".in-pool" if in_pool else ""
+    return load_dataset(year, {"source": "trec_local", "corpus": str(POOL / "corpus.jsonl.gz"),
+                               "queries": str(POOL / f"queries.{year}.tsv"),
+                               "qrels": str(POOL / "qrels" / f"qrels.{year}-passage{suffix}.txt")}).qrels
+
+
+@pytest.mark.parametrize("year,system,published", [
+    ("dl19", "BM25", 0.5058), ("dl19", "SPLADE_P_P_ENSEMBLE_DISTIL", 0.7308),
+    ("dl20", "BM25", 0.4796), ("dl20", "SPLADE_P_P_ENSEMBLE_DISTIL", 0.7197)])
+def test_reference_runs_score_published_ndcg(year, system, published, tmp_path):
+    res = run_evaluate(POOL / "runs" / f"{system}.{year}.trec", _qrels(year), "trec-dl", tmp_path / "m.json")
+    assert round(res["metrics"]["nDCG@10"], 4) == published
+    assert res["n_queries_evaluated"] == res["n_queries_in_run"] == {"dl19": 43, "dl20": 54}[year]
+    assert res["n_queries_without_results"] == 0
+    assert (tmp_path / "m.json").exists()
+
+
+def _trec_eval(qrels, run, measures, rel_level=1):
+    ev = pytrec_eval.RelevanceEvaluator({q: dict(v) for q, v in qrels.items()}, measures, relevance_level=rel_level)
+    return ev.evaluate({q: {d: float(s) for d, s in hits} for q, hits in run.items()})
+
+
+def _tied(run):
+    """The run with scores rounded: many ties, so tie-breaking must match trec_eval's."""
+    return {q: [(d, float(round(s))) for d, s in hits] for q, hits in run.items()}
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_ranx_equals_trec_eval(tied):
+    qrels = _qrels("dl19")
+    run = read_trec_run(POOL / "runs" / "BM25.dl19.trec")
+    run = _tied(run) if tied else run
+    ours = evaluate_run(qrels, run, {"ndcg": "ndcg@10", "r1000": "recall@1000-l2", "r100": "recall@100",
+                                     "mrr": "mrr@10"})["per_query"]
+    te = _trec_eval(qrels, run, {"ndcg_cut.10", "recall.100"})
+    te2 = _trec_eval(qrels, run, {"recall.1000"}, rel_level=2)
+    # MRR@10 = trec_eval's recip_rank on the run cut at 10 (in trec_eval's own order)
+    cut = {q: list(h.items())[:10] for q, h in trec_order(run).items()}
+    te_rr = _trec_eval(qrels, cut, {"recip_rank"})
+    for q in qrels:
+        assert ours["ndcg"][q] == pytest.approx(te[q]["ndcg_cut_10"], abs=1e-4)
+        assert ours["r100"][q] == pytest.approx(te[q]["recall_100"], abs=1e-4)
+        assert ours["r1000"][q] == pytest.approx(te2[q]["recall_1000"], abs=1e-4)
+        assert ours["mrr"][q] == pytest.approx(te_rr[q]["recip_rank"], abs=1e-4)
+
+
+def test_ranx_equals_trec_eval_beir_style_scifact_run():
+    """Binary qrels, a tied run over SciFact: BEIR metric set against trec_eval."""
+    ds = load_dataset("sf", {"source": "beir_local", "path": str(POOL.parent / "scifact"), "split": "test"})
+    ids = sorted(d for q in ds.qrels for d in ds.qrels[q])
+    run = {q: [(d, float((int(q) * 7 + int(d)) % 5)) for d in ids[:150]] for q in sorted(ds.qrels)[:120]}
+    ours = evaluate_run(ds.qrels, run, "beir")
+    te = _trec_eval({q: ds.qrels[q] for q in run}, run, {"ndcg_cut.10", "recall.100"})
+    for q in run:
+        assert ours["per_query"]["nDCG@10"][q] == pytest.approx(te[q]["ndcg_cut_10"], abs=1e-4)
+        assert ours["per_query"]["R@100"][q] == pytest.approx(te[q]["recall_100"], abs=1e-4)
+    # the 180 judged queries missing from the run are reported and count as 0
+    assert ours["n_queries_without_results"] == 300 - 120 and ours["n_queries_evaluated"] == 300
+    assert ours["n_queries_without_judged_results"] >= 180
+
+
+def test_mismatch_is_reported():
+    qrels = {"a": {"d1": 1}, "b": {"d2": 1}, "c": {"d3": 0}}
+    run = {"a": [("d1", 2.0)], "b": [("dx", 1.0)], "z": [("d1", 1.0)], "e": []}
+    res = evaluate_run(qrels, run, "beir")
+    assert res["n_queries_in_qrels"] == 3 and res["n_queries_evaluated"] == 3
+    assert res["n_queries_in_run"] == 3 and res["n_queries_in_run_not_in_qrels"] == 1
+    assert res["n_queries_without_results"] == 1  # c
+    assert res["n_queries_without_judged_results"] == 2  # b, c
+    assert res["metrics"]["nDCG@10"] == pytest.approx(1 / 3)
+    assert res["per_query"]["nDCG@10"] == {"a": 1.0, "b": 0.0, "c": 0.0}
+
+
+def test_flops_and_efficiency():
+    qs = {"n_queries": 2, "mean_nnz_per_query": 1.5, "term_df": {"1": 2, "2": 1}}
+    ds = {"n_docs": 4, "mean_nnz_per_doc": 2.0, "term_df": {"1": 1, "3": 4}}
+    # p_q = {1: 1, 2: .5}, p_d = {1: .25, 3: 1} -> 0.25
+    assert flops(qs["term_df"], 2, ds["term_df"], 4) == pytest.approx(0.25)
+    eff = efficiency_stats(qs, ds, index_size_bytes=123, search_stats={"qps": 10.0, "threads": 2})
+    assert eff == {"mean_nnz_per_query": 1.5, "mean_nnz_per_doc": 2.0, "flops": 0.25,
+                   "index_size_bytes": 123, "qps": 10.0, "search_threads": 2}
+
+
+def test_significance_matches_ranx_and_corrections():
+    from ranx import Qrels, Run, compare
+
+    qrels = _qrels("dl19")
+    names = ["BM25", "SPLADE_P_P_ENSEMBLE_DISTIL"]
+    runs = {n: read_trec_run(POOL / "runs" / f"{n}.dl19.trec") for n in names}
+    per_query = {n: evaluate_run(qrels, runs[n], "trec-dl")["per_query"]["nDCG@10"] for n in names}
+    ours = compare_systems(per_query, reference="BM25", test="student")
+    r = ours["SPLADE_P_P_ENSEMBLE_DISTIL"]
+    assert r["delta"] == pytest.approx(0.7308 - 0.5058, abs=1e-3) and r["significant"]
+    rruns = []
+    for n in names:
+        rr = Run({q: dict(h.items()) for q, h in trec_order(runs[n]).items()}, name=n)
+        rruns.append(rr)
+    report = compare(Qrels(qrels), rruns, ["ndcg@10"], stat_test="student", max_p=0.05)
+    ranx_p = report.to_dict()[names[1]]["comparisons"][names[0]]["ndcg@10"]
+    assert r["p_value"] == pytest.approx(ranx_p, rel=1e-6)
+    fisher = paired_test(per_query["BM25"], per_query[names[1]], test="fisher", n_permutations=2000)
+    assert fisher["p_value"] < 0.01
+    adj = correct_pvalues({"a": 0.01, "b": 0.04, "c": 0.03}, "holm")
+    assert adj == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    assert correct_pvalues({"a": 0.01, "b": 0.6}, "bonferroni") == pytest.approx({"a": 0.02, "b": 1.0})
+    with pytest.raises(ValueError, match="same queries"):
+        paired_test({"a": 1.0}, {"b": 1.0})

