@@ -173,7 +173,7 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     enc = args.encoding
     encode_corpus(args.model, args.dataset, args.out, enc["doc_max_length"], enc["batch_size"],
                   enc["quantization"], enc["head"], enc["shard_size"], name=args.name,
-                  device=None if args.device == "auto" else args.device)
+                  device=None if args.device == "auto" else args.device, precision=enc["precision"])
 
 
 @command("encode-queries", model_args)
@@ -189,7 +189,7 @@ def encode_queries_cmd(args: argparse.Namespace) -> None:
     enc = args.encoding
     encode_queries(args.model, args.dataset, args.out, enc["query_max_length"], enc["batch_size"],
                    enc["quantization"], enc["head"], name=args.name,
-                   device=None if args.device == "auto" else args.device)
+                   device=None if args.device == "auto" else args.device, precision=enc["precision"])
 
 
 @command("index", lambda p: (

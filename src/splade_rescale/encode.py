@@ -33,11 +33,12 @@ class Encoder(Protocol):
     def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor: ...
 
 
-def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None) -> Encoder:
+def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None,
+                 precision: str = "auto") -> Encoder:
     """The project's SPLADE encoder for a saved MLM model folder."""
     from splade_rescale.splade import SpladeEncoder
 
-    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device)
+    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision)
 
 
 def quantize(reps: torch.Tensor, quantization: float) -> list[dict[str, int]]:
@@ -150,12 +151,12 @@ def stats_path_for(out: str | Path) -> Path:
 def encode_corpus(model_dir: str | Path, dataset_spec: Mapping, out_dir: str | Path, max_length: int,
                   batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
                   *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
-                  encoder: Encoder | None = None, chunk_size: int = 20_000) -> dict:
+                  encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto") -> dict:
     """CLI stage: a dataset's (subset) corpus -> JsonVectorCollection in ``out_dir`` + stats JSON beside."""
     from splade_rescale.datasets import load_dataset
 
     ds = load_dataset(name, dataset_spec, root)
-    enc = encoder or load_encoder(model_dir, head=head, device=device)
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
     total = len(ds.doc_ids) if ds.doc_ids is not None else None
     stats = encode_docs(enc, ds.iter_docs(), out_dir, max_length, batch_size, quantization, shard_size,
                         chunk_size, total)
@@ -166,12 +167,12 @@ def encode_corpus(model_dir: str | Path, dataset_spec: Mapping, out_dir: str | P
 def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str | Path, max_length: int,
                    batch_size: int = 32, quantization: float = 100, head: str = "fused",
                    *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
-                   encoder: Encoder | None = None) -> dict:
+                   encoder: Encoder | None = None, precision: str = "auto") -> dict:
     """CLI stage: a dataset's judged (subset) queries -> query-vector JSONL + stats JSON beside."""
     from splade_rescale.datasets import load_dataset
 
     ds = load_dataset(name, dataset_spec, root)
-    enc = encoder or load_encoder(model_dir, head=head, device=device)
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
     stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
     write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir), **stats})
     return stats

@@ -47,6 +47,18 @@ def gpu_count():
     return 0 if str(config.get("device", "auto")) == "cpu" else 1
 
 
+def train_gpus(backbone):
+    """GPUs for one backbone's training: backbones.{name}.train_gpus, else one (none on CPU)."""
+    return config["backbones"][backbone].get("train_gpus", gpu_count())
+
+
+def training_launcher(gpus):
+    """One process per GPU under torchrun (DDP) when a job has several GPUs."""
+    if int(gpus) > 1:
+        return f"torchrun --standalone --nproc-per-node={gpus} $(command -v splade-rescale)"
+    return "splade-rescale"
+
+
 def variant_needs_norms(variant):
     return config["variants"][variant]["policy"] == "match_reference"
 

@@ -33,9 +33,10 @@ rule train:
         examples=lambda w, input: f"--examples {input.examples}" if MINED else "",
         checkpoints="results/models/{backbone}/{variant}/checkpoints",
         device=torch_device(),
+        launcher=lambda w, resources: training_launcher(resources.gpu),
     threads: 2
     resources:
-        gpu=gpu_count(),
+        gpu=lambda w: train_gpus(w.backbone),
     log:
         "results/logs/train/{backbone}.{variant}.log",
     benchmark:
@@ -43,6 +44,6 @@ rule train:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale train --init {input.init} --recipe {params.recipe:q} --data {params.data:q} "
+        "{params.launcher} train --init {input.init} --recipe {params.recipe:q} --data {params.data:q} "
         "{params.examples} --device {params.device} --threads {threads} --checkpoints {params.checkpoints} "
         "--final {output.model} --log-csv {output.log_csv} --manifest {output.manifest} > {log} 2>&1"
