@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from splade_rescale.config import ConfigError, load_config, parse_factor, resolve_recipe, validate_config
+from splade_rescale.config import ConfigError, load_config, parse_factor, validate_config
+from splade_rescale.recipes import resolve_recipe
 
 
 def _config(name: str) -> dict:
@@ -62,7 +63,7 @@ def test_recipe_overrides_per_backbone_and_variant():
     assert resolve_recipe(config, "minilm", "baseline")["steps"] == base["steps"]
     assert resolve_recipe(config, "minilm-x16", "rescaled") == base
     config["training"]["overrides"] = {"minilm": {"rescaled": {"stepz": 3}}}
-    with pytest.raises(ConfigError, match="training.overrides.minilm.rescaled: unknown training setting"):
+    with pytest.raises(ConfigError, match="training.overrides.minilm.rescaled: unknown recipe key"):
         resolve_recipe(config, "minilm", "rescaled")
 
 

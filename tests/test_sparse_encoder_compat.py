@@ -14,7 +14,8 @@ from transformers import (AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertF
 
 from splade_rescale.heads import init_identity_transform
 from splade_rescale.splade import SpladeEncoder
-from splade_rescale.train import resolve_recipe, run_training
+from splade_rescale.recipes import resolve_recipe
+from splade_rescale.train import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIPLES = {"source": "tsv_triples", "path": str(ROOT / "resources/demo/msmarco-triples-sample/triples.tsv")}

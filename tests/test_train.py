@@ -19,7 +19,8 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
 
 from splade_rescale.heads import init_identity_transform
-from splade_rescale.train import LOG_COLUMNS, TrainingConfigError, resolve_recipe, run_training
+from splade_rescale.recipes import TrainingConfigError, resolve_recipe
+from splade_rescale.train import LOG_COLUMNS, run_training
 from splade_rescale.training_data import TrainingDataError, example_stream
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -104,9 +104,10 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     import tempfile
     from splade_rescale.training_data import mine_bm25_examples
     with tempfile.TemporaryDirectory(prefix=".bm25-train.", dir=args.out.parent) as index_dir:
+        mining = args.data.get("mining", {})
         stats = mine_bm25_examples(args.data, args.out, Path(index_dir) / "index",
-                                   negatives=int(args.data.get("negatives_per_query", 8)),
-                                   depth=int(args.data.get("depth", 100)), threads=args.threads)
+                                   negatives=int(mining.get("negatives", 8)), depth=int(mining.get("depth", 100)),
+                                   threads=args.threads)
     log.info("mined: %s", stats)
 
 

@@ -94,26 +94,6 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
                 raise ConfigError(f"encoding.{key} = {length} exceeds backbones.{name}.max_length = {limit}")
 
 
-def resolve_recipe(config: dict[str, Any], backbone: str, variant: str) -> dict[str, Any]:
-    """The training settings of one backbone x variant: recipe, then per-backbone, then per-variant overrides."""
-    training = config["training"]
-    name = training["recipe"]
-    recipe = dict(config["recipes"][name])
-    per_backbone = dict(training.get("overrides", {}).get(backbone, {}))
-    per_variant = per_backbone.pop(variant, {}) if isinstance(per_backbone.get(variant), dict) else {}
-    for other in config["variants"]:
-        per_backbone.pop(other, None)
-    for scope, values in ((f"training.overrides.{backbone}", per_backbone),
-                          (f"training.overrides.{backbone}.{variant}", per_variant)):
-        unknown = sorted(set(values) - set(recipe))
-        if unknown:
-            raise ConfigError(f"{scope}: unknown training setting(s) {', '.join(unknown)}; "
-                              f"recipe {name!r} has: {', '.join(sorted(recipe))}")
-        recipe.update(values)
-    recipe["recipe"] = name
-    return recipe
-
-
 def load_config(*paths: str | Path) -> dict[str, Any]:
     """Merge YAML files left to right (later keys win at the top level) and validate."""
     config: dict[str, Any] = {}

@@ -26,11 +26,11 @@ from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
-import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+from splade_rescale.recipes import TrainingConfigError, check_recipe_keys
 from splade_rescale.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss,
                                    margin_mse_loss, regulariser_weight)
 from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device
@@ -38,79 +38,15 @@ from splade_rescale.training_data import Example, example_stream, load_teacher_s
 
 log = logging.getLogger(__name__)
 
-RECIPES_PATH = Path(__file__).resolve().parents[2] / "config" / "recipes.yaml"
-REQUIRED_KEYS = ("steps", "batch_size", "negatives_per_query", "lr", "warmup_steps", "weight_decay",
-                 "max_grad_norm", "grad_accumulation", "query_max_length", "doc_max_length", "lambda_q",
-                 "lambda_d", "flops_warmup_steps", "temperature", "precision", "head", "log_every",
-                 "checkpoint_every", "seed")
-OPTIONAL_DEFAULTS: dict[str, Any] = {
-    "loss": "contrastive",          # contrastive | margin_mse | kl (the last two need teacher_scores)
-    "teacher_scores": None,         # qid<TAB>docid<TAB>score file
-    "chunk_size": 8192,             # vocabulary chunk of the fused head
-    "shuffle_buffer": 10_000,
-    "keep_checkpoints": 2,
-    "collapse_min_nnz": 1.0,        # mean non-zeros per query or document below this ...
-    "collapse_dense_fraction": 0.5,  # ... or above this fraction of the vocabulary ...
-    "collapse_patience": 5,          # ... for this many consecutive steps -> collapsed
-    "source": None,                 # where the values come from (documentation only)
-}
-RECIPE_KEYS = frozenset(REQUIRED_KEYS) | frozenset(OPTIONAL_DEFAULTS)
 LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d",
                "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm",
                "queries_per_s", "elapsed_s")
 _STAT_NAMES = ("loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight")
 
 
-class TrainingConfigError(ValueError):
-    """A recipe or override problem, in one line naming the key and the fix."""
-
-
-# ---------------------------------------------------------------------------- recipes
-
-
-def _check_keys(values: Mapping[str, Any], where: str) -> None:
-    unknown = sorted(set(values) - RECIPE_KEYS)
-    if unknown:
-        raise TrainingConfigError(f"{where}: unknown recipe key(s) {', '.join(unknown)}; "
-                                  f"expected among: {', '.join(sorted(RECIPE_KEYS))}")
-
-
-def resolve_recipe(config: Mapping[str, Any], backbone: str, variant: str) -> dict[str, Any]:
-    """The recipe named by ``training.recipe`` with ``training.overrides`` applied.
-
-    Overrides: ``{backbone: {key: value}}`` applies to all variants of a backbone,
-    ``{backbone: {variant: {key: value}}}`` to one variant (the more specific wins).
-    Recipes come from ``config["recipes"]`` or else ``config/recipes.yaml``.
-    """
-    recipes = config.get("recipes")
-    if not recipes:
-        with open(RECIPES_PATH) as f:
-            recipes = yaml.safe_load(f)["recipes"]
-    name = config["training"]["recipe"]
-    if name not in recipes:
-        raise TrainingConfigError(f"training.recipe = {name!r} is not in config/recipes.yaml; "
-                                  f"expected one of: {', '.join(recipes)}")
-    recipe = {**OPTIONAL_DEFAULTS, **recipes[name]}
-    _check_keys(recipes[name], f"recipes.{name}")
-    missing = [k for k in REQUIRED_KEYS if k not in recipe]
-    if missing:
-        raise TrainingConfigError(f"recipes.{name}: missing key(s) {', '.join(missing)}")
-    per_backbone = dict(config["training"].get("overrides", {}).get(backbone) or {})
-    variant_names = set(config.get("variants", {}))
-    per_variant = {k: v for k, v in per_backbone.items() if k in variant_names}
-    backbone_level = {k: v for k, v in per_backbone.items() if k not in variant_names}
-    _check_keys(backbone_level, f"training.overrides.{backbone}")
-    recipe.update(backbone_level)
-    own = per_variant.get(variant) or {}
-    _check_keys(own, f"training.overrides.{backbone}.{variant}")
-    recipe.update(own)
-    recipe["name"] = name
-    return recipe
-
-
 def _validate(recipe: Mapping[str, Any], world: int) -> int:
     """Check the recipe's values; return queries per micro-batch per rank."""
-    _check_keys({k: v for k, v in recipe.items() if k != "name"}, "recipe")
+    check_recipe_keys({k: v for k, v in recipe.items() if k != "name"}, "recipe")
     for key in ("lr", "weight_decay", "max_grad_norm", "lambda_q", "lambda_d", "temperature"):
         if isinstance(recipe[key], bool) or not isinstance(recipe[key], (int, float)):
             raise TrainingConfigError(f"{key} = {recipe[key]!r} is not a number (in YAML write 2.0e-5, not 2e-5)")
@@ -409,7 +345,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
                     "elapsed_s": elapsed_before + time.perf_counter() - t_start}
         if rank == 0 and (step % recipe["log_every"] == 0 or step == recipe["steps"] or status != "ok"):
             _append_log(log_csv, last_row)
-            log.info("step %d: %s", step, {k: round(v, 4) for k, v in last_row.items() if isinstance(v, float)})
+            log.info("step %d: %s", step, " ".join(f"{k}={v:.4g}" for k, v in last_row.items() if k != "step"))
         if status != "ok":
             log.warning("collapse at step %d: %s", collapse_step, reason)
             break

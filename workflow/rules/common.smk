@@ -6,7 +6,8 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from splade_rescale.config import ConfigError, resolve_recipe, validate_config
+from splade_rescale.config import ConfigError, validate_config
+from splade_rescale.recipes import resolve_recipe
 
 
 def _load_recipes():
