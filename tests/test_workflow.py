@@ -35,7 +35,7 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert counts["rescale_head"] == backbones * variants
     assert counts["norms_variant"] == backbones * variants
     assert counts["train"] == backbones * variants
-    for rule in ("encode_corpus", "impact_index", "impact_retrieve", "evaluate"):
+    for rule in ("encode", "impact_index", "impact_retrieve", "evaluate"):
         assert counts[rule] == backbones * variants * datasets, rule
     for rule in ("bm25_index", "bm25_retrieve", "evaluate_bm25"):
         assert counts[rule] == datasets, rule

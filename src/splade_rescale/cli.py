@@ -160,37 +160,30 @@ def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path)
 
 
-@command("encode-corpus", model_args)
-def encode_corpus_cmd(args: argparse.Namespace) -> None:
-    """Encode a dataset's corpus into JsonVectorCollection shards (+ stats beside)."""
-    from splade_rescale.atomic import atomic_dir, write_json
-    from splade_rescale.encode import encode_corpus, stats_path_for
+@command("encode", model_args)
+def encode_cmd(args: argparse.Namespace) -> None:
+    """Encode a dataset's corpus (JsonVectorCollection shards) and judged queries with one model load.
+
+    ``--out`` is the dataset's folder: ``corpus/``, ``queries.jsonl`` and a stats JSON beside each.
+    """
+    from splade_rescale.atomic import atomic_dir, write_json, write_text
+    from splade_rescale.encode import encode_corpus, encode_queries, load_encoder, stats_path_for
+    corpus, queries = args.out / "corpus", args.out / "queries.jsonl"
     if skip := collapsed(args.training_manifest):
-        with atomic_dir(args.out) as tmp:
+        with atomic_dir(corpus) as tmp:
             write_json(tmp / SKIPPED, skip)
-        write_json(stats_path_for(args.out), skip)
+        write_text(queries, "")
+        for path in (corpus, queries):
+            write_json(stats_path_for(path), skip)
         return
     set_threads(args.threads)
     enc = args.encoding
-    encode_corpus(args.model, args.dataset, args.out, enc["doc_max_length"], enc["batch_size"],
-                  enc["quantization"], enc["head"], enc["shard_size"], name=args.name,
-                  device=None if args.device == "auto" else args.device, precision=enc["precision"])
-
-
-@command("encode-queries", model_args)
-def encode_queries_cmd(args: argparse.Namespace) -> None:
-    """Encode a dataset's judged queries into query vectors (+ stats beside)."""
-    from splade_rescale.atomic import write_json, write_text
-    from splade_rescale.encode import encode_queries, stats_path_for
-    if skip := collapsed(args.training_manifest):
-        write_text(args.out, "")
-        write_json(stats_path_for(args.out), skip)
-        return
-    set_threads(args.threads)
-    enc = args.encoding
-    encode_queries(args.model, args.dataset, args.out, enc["query_max_length"], enc["batch_size"],
-                   enc["quantization"], enc["head"], name=args.name,
-                   device=None if args.device == "auto" else args.device, precision=enc["precision"])
+    encoder = load_encoder(args.model, head=enc["head"], device=None if args.device == "auto" else args.device,
+                           precision=enc["precision"])
+    encode_queries(args.model, args.dataset, queries, enc["query_max_length"], enc["batch_size"],
+                   enc["quantization"], name=args.name, encoder=encoder)
+    encode_corpus(args.model, args.dataset, corpus, enc["doc_max_length"], enc["batch_size"],
+                  enc["quantization"], shard_size=enc["shard_size"], name=args.name, encoder=encoder)
 
 
 @command("index", lambda p: (

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -366,6 +367,9 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     if rank == 0:
         _write_final(encoder, final_dir, recipe["doc_max_length"])
         write_json(manifest_path, manifest)
+        # the final model and manifest now hold everything; checkpoints (model + AdamW state,
+        # ~0.4 GB each for MiniLM, several GB for large backbones) only served resumption
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
         log.info("finished: status %s after %d steps (%s)", status, step, reason or "no collapse")
     return manifest
 

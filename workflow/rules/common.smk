@@ -22,6 +22,22 @@ except ConfigError as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
 
+
+class ConfigSection(dict):
+    """A config section whose unknown names (a target path's wildcard) fail with a clear message."""
+
+    def __init__(self, section, entries):
+        super().__init__(entries)
+        self.section = section
+
+    def __missing__(self, name):
+        raise WorkflowError(f"unknown {self.section[:-1]} {name!r} in a target path; "
+                            f"config {self.section}: {', '.join(self) or '(none)'}")
+
+
+for _section in ("backbones", "variants", "datasets"):
+    config[_section] = ConfigSection(_section, config[_section])
+
 BACKBONES = list(config["backbones"])
 VARIANTS = list(config["variants"])
 DATASETS = list(config["datasets"])

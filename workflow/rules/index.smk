@@ -1,51 +1,31 @@
-rule encode_corpus:
+rule encode:
+    """One model load encodes a dataset's corpus and its judged queries."""
     input:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
     output:
         corpus=directory("results/encoded/{backbone}/{variant}/{dataset}/corpus"),
-        stats="results/encoded/{backbone}/{variant}/{dataset}/corpus.stats.json",
+        corpus_stats="results/encoded/{backbone}/{variant}/{dataset}/corpus.stats.json",
+        queries="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
+        query_stats="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl.stats.json",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
         encoding=as_json(config["encoding"]),
         device=torch_device(),
+        out="results/encoded/{backbone}/{variant}/{dataset}",
     threads: 2
     resources:
         gpu=gpu_count(),
     log:
-        "results/logs/encode_corpus/{backbone}.{variant}.{dataset}.log",
+        "results/logs/encode/{backbone}.{variant}.{dataset}.log",
     benchmark:
-        "results/benchmarks/encode_corpus/{backbone}.{variant}.{dataset}.tsv"
+        "results/benchmarks/encode/{backbone}.{variant}.{dataset}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
-        "--dataset {params.dataset:q} --encoding {params.encoding:q} --device {params.device} "
-        "--name {wildcards.dataset} --threads {threads} --out {output.corpus} > {log} 2>&1"
-
-
-rule encode_queries:
-    input:
-        manifest="results/models/{backbone}/{variant}/manifest.json",
-        model="results/models/{backbone}/{variant}/final",
-    output:
-        queries="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
-        stats="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl.stats.json",
-    params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
-        encoding=as_json(config["encoding"]),
-        device=torch_device(),
-    threads: 2
-    log:
-        "results/logs/encode_queries/{backbone}.{variant}.{dataset}.log",
-    benchmark:
-        "results/benchmarks/encode_queries/{backbone}.{variant}.{dataset}.tsv"
-    conda:
-        "../../envs/pipeline.yaml"
-    shell:
-        "splade-rescale encode-queries --model {input.model} --training-manifest {input.manifest} "
-        "--dataset {params.dataset:q} --encoding {params.encoding:q} --device {params.device} "
-        "--name {wildcards.dataset} --threads {threads} --out {output.queries} > {log} 2>&1"
+        "splade-rescale encode --model {input.model} --training-manifest {input.manifest} "
+        "--name {wildcards.dataset} --dataset {params.dataset:q} --encoding {params.encoding:q} "
+        "--device {params.device} --threads {threads} --out {params.out} > {log} 2>&1"
 
 
 rule impact_index:
