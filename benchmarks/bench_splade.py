@@ -57,26 +57,12 @@ TARGETS = {"encode_speedup": 2.5, "encode_frac_peak": 0.45, "train_speedup": 1.5
 
 
 def _import_train_step() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``_micro_step`` and ``_optimizer`` from ``splade_rescale.train``.
-
-    ``splade_rescale.config`` imports jsonschema at module level to validate workflow configs,
-    which this benchmark never does, and the H200 image has no jsonschema: if it is the only
-    thing missing, a stub that fails loudly on any use stands in for it.
-    """
+    """``_micro_step`` and ``_optimizer`` from ``splade_rescale.train`` (the real train step)."""
     try:
         train = importlib.import_module("splade_rescale.train")
     except ModuleNotFoundError as e:
-        if e.name != "jsonschema":
-            sys.exit(f"bench_splade: cannot import splade_rescale.train ({e}); run from the repository root "
-                     "with PYTHONPATH=src and torch, transformers, tqdm and pyyaml installed")
-        stub = types.ModuleType("jsonschema")
-
-        def _missing(name: str) -> Any:
-            raise ModuleNotFoundError(f"jsonschema is not installed (jsonschema.{name} was used)")
-
-        stub.__getattr__ = _missing  # type: ignore[method-assign]
-        sys.modules["jsonschema"] = stub
-        train = importlib.import_module("splade_rescale.train")
+        sys.exit(f"bench_splade: cannot import splade_rescale.train ({e}); run from the repository root "
+                 "with PYTHONPATH=src and torch, transformers, tqdm and pyyaml installed")
     return train._micro_step, train._optimizer
 
 

@@ -43,7 +43,7 @@ def test_paper_config_has_the_papers_experiment():
     (lambda c: c["training"].update(overrides={"bert": {}}), r"training.overrides.bert: unknown backbone"),
     (lambda c: c["encoding"].update(doc_max_length=-5), r"encoding.doc_max_length = -5"),
     (lambda c: c["datasets"]["scifact"].update(metrics="bleu"), r"datasets.scifact.metrics = 'bleu'"),
-    (lambda c: c["backbones"]["minilm"].update(max_length=64), r"encoding.doc_max_length = 128 exceeds"),
+    (lambda c: c["backbones"]["minilm"].update(max_length=16), r"encoding.query_max_length = 32 exceeds"),
     (lambda c: c["backbones"].update(bm25=c["backbones"]["minilm"]), r"'bm25' is reserved"),
 ])
 def test_config_errors_are_one_line_and_name_the_key(mutate, message):

@@ -11,7 +11,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -26,11 +25,11 @@ def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
         return yaml.safe_load(f)
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
+def _key_path(error: Any) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
 
 
-def _describe(error: jsonschema.ValidationError) -> str:
+def _describe(error: Any) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
@@ -54,6 +53,8 @@ def parse_factor(value: float | int | str, key: str = "factor") -> float:
 
 def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
     """Raise :class:`ConfigError` with one line for the first problem found."""
+    import jsonschema  # only workflow-config validation needs it (GPU images may lack it)
+
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
