@@ -33,7 +33,7 @@ rule impact_index:
         "results/encoded/{backbone}/{variant}/{dataset}/corpus",
     output:
         directory("results/indexes/{backbone}/{variant}/{dataset}"),
-    threads: 2
+    threads: config["retrieval"]["threads"]
     log:
         "results/logs/index/{backbone}.{variant}.{dataset}.log",
     benchmark:
@@ -49,7 +49,7 @@ rule bm25_index:
         directory("results/indexes/bm25/{dataset}"),
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
-    threads: 2
+    threads: config["retrieval"]["threads"]
     log:
         "results/logs/index/bm25.{dataset}.log",
     benchmark:

@@ -8,7 +8,7 @@ rule impact_retrieve:
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
         k=config["retrieval"]["k"],
-    threads: 2
+    threads: config["retrieval"]["threads"]
     log:
         "results/logs/retrieve/{backbone}.{variant}.{dataset}.log",
     benchmark:
@@ -30,7 +30,7 @@ rule bm25_retrieve:
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
         k=config["retrieval"]["k"],
-    threads: 2
+    threads: config["retrieval"]["threads"]
     log:
         "results/logs/retrieve/bm25.{dataset}.log",
     benchmark:
