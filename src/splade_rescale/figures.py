@@ -178,7 +178,8 @@ def write_figures(config: Mapping[str, Any], summaries: Iterable[str | Path], ou
     written = []
     for name in FIGURE_NAMES:
         fig = BUILDERS[name](config, data)
-        fig.text(0.005, 0.002, "\n".join(textwrap.wrap(footer, 160)), fontsize=5, color="0.4", va="bottom")
+        width = int(fig.get_figwidth() * 24)  # characters of 5-pt text that fit across the figure
+        fig.text(0.005, 0.002, "\n".join(textwrap.wrap(footer, width)), fontsize=5, color="0.4", va="bottom")
         fig.tight_layout(rect=(0, 0.04, 1, 1))
         for ext in FORMATS:
             path = out / f"{name}.{ext}"
