@@ -24,8 +24,8 @@ What runs, for each corpus size (default 25k, 50k, 100k, 200k documents):
    JVM; the JVM's max heap (-Xmx: ``SPLADE_RESCALE_JVM_HEAP`` or the JVM default, 1/4 of RAM) and
    its peak heap use (sum of the heap pools' peak usage) are reported separately.
 
-Each stage runs in a fresh subprocess; its peak RSS is the child's ``ru_maxrss`` from
-``os.wait4`` (Linux: KiB). A "floor" stage (python + torch + transformers + the package
+Each stage runs in a fresh subprocess that reports its own peak RSS (``VmHWM`` of
+``/proc/self/status``, read at exit; see ``PEAK_RSS``). A "floor" stage (python + torch + transformers + the package
 imported, nothing else) is measured once for reference.
 
     python benchmarks/bench_scale.py                       # 25k..200k, prints a Markdown table
@@ -50,9 +50,20 @@ from pathlib import Path
 from typing import Any
 
 BIN = Path(sys.executable).parent
-CLI = str(BIN / "splade-rescale") if (BIN / "splade-rescale").exists() else None
 
-INDEX_DRIVER = r"""
+# Every measured process reports its own peak RSS (VmHWM of /proc/self/status) at exit. The
+# parent's os.wait4 / RUSAGE_CHILDREN ru_maxrss would not do: on Linux a child's ru_maxrss keeps
+# the high-water mark of the forked copy of the parent from before exec (here ~400 MiB of torch).
+PEAK_RSS = r"""
+import atexit, sys
+def _report_peak_rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            print("VMHWM_KB " + line.split()[1], file=sys.stderr, flush=True)
+atexit.register(_report_peak_rss)
+"""
+ENCODE_DRIVER = PEAK_RSS + "from splade_rescale.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+INDEX_DRIVER = PEAK_RSS + r"""
 import json, sys
 from splade_rescale.lucene import run_build_impact_index, _autoclass
 stats = run_build_impact_index(sys.argv[1], sys.argv[2], int(sys.argv[3]))
@@ -69,17 +80,17 @@ print("RESULT " + json.dumps(stats))
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 N_WORDS = 4091  # + 5 special tokens = a 4,096-token vocabulary
-FLOOR_DRIVER = "import torch, transformers, splade_rescale.encode, splade_rescale.datasets"
+FLOOR_DRIVER = PEAK_RSS + "import torch, transformers, splade_rescale.encode, splade_rescale.datasets\n"
 
 
 def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, float]:
-    """Run ``cmd`` in a fresh process; return (exit code, peak RSS in MiB, wall seconds)."""
+    """Run ``cmd`` (a driver with PEAK_RSS) in a fresh process; return (exit code, peak RSS MiB, wall s)."""
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, time.perf_counter() - t0
+        rc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+    seconds = time.perf_counter() - t0
+    peaks = [int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("VMHWM_KB ")]
+    return rc, (peaks[-1] / 1024 if peaks else float("nan")), seconds
 
 
 def make_corpus(folder: Path, n_docs: int, seed: int = 0) -> None:
@@ -153,8 +164,8 @@ def bench(sizes: list[int], work: Path, threads: int, max_length: int, batch_siz
                     "batch_size": batch_size, "quantization": 100, "shard_size": 100_000}
         encoded = work / f"encoded-{n}"
         coll = encoded / "corpus"
-        cmd = ([CLI] if CLI else [sys.executable, "-m", "splade_rescale.cli"]) + [
-            "encode", "--model", str(model), "--name", f"synthetic-{n}", "--dataset", json.dumps(spec),
+        cmd = [sys.executable, "-c", ENCODE_DRIVER,
+               "encode", "--model", str(model), "--name", f"synthetic-{n}", "--dataset", json.dumps(spec),
             "--encoding", json.dumps(encoding), "--device", "cpu", "--threads", str(threads), "--out", str(encoded)]
         rc, enc_rss, enc_s = run_measured(cmd, env, work / f"encode-{n}.log")
         assert rc == 0, (work / f"encode-{n}.log").read_text()[-3000:]

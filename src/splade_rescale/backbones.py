@@ -78,7 +78,13 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
     """Materialise a backbone at ``out_dir/model`` with ``out_dir/manifest.json``."""
     out_dir = Path(out_dir)
     folder, provenance = resolve_source(name, spec)
-    model, missing = load_masked_lm(folder)
+    try:
+        model, missing = load_masked_lm(folder)
+    except OSError as exc:  # e.g. a snapshot whose weights never finished downloading
+        raise BackboneUnavailableError(
+            f"backbone {name!r}: the checkpoint at {folder} is incomplete or unreadable ({str(exc).splitlines()[0]}); "
+            "fix: delete it and download again with internet access, or point the config at a complete copy"
+        ) from None
     head = mlm_head(model)  # unsupported architectures fail here, before anything is written
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     notes: list[str] = []

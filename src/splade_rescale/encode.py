@@ -112,6 +112,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
                 written += 1
                 stats.add(vec)
             bar.update(len(chunk))
+            del vecs  # keep one chunk of vectors alive, not two
         if fh:
             fh.close()
         if not written:
