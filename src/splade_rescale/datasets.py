@@ -62,7 +62,8 @@ def _find(folder: Path, *names: str) -> Path:
     raise DatasetError(f"{folder}: none of {', '.join(names)} found; check the dataset path")
 
 
-def _iter_jsonl_corpus(path: Path) -> Iterator[tuple[str, str]]:
+def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed record) of each non-blank line; bad JSON names the file and line."""
     with _open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -71,31 +72,32 @@ def _iter_jsonl_corpus(path: Path) -> Iterator[tuple[str, str]]:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{path}:{lineno}: invalid JSON ({e.msg}); fix or remove that line") from e
-            if not isinstance(rec, dict):
-                raise DatasetError(f"{path}:{lineno}: expected a JSON object per line")
-            docid = rec.get("_id", rec.get("id", rec.get("docid")))
-            if docid is None:
-                raise DatasetError(f"{path}:{lineno}: no '_id' (or 'id') key; every document needs an id")
-            text = rec.get("text", rec.get("contents"))
-            if text is None:
-                raise DatasetError(f"{path}:{lineno}: no 'text' (or 'contents') key")
-            yield str(docid), doc_text(rec.get("title"), text)
+            yield lineno, rec
+
+
+def _iter_jsonl_corpus(path: Path) -> Iterator[tuple[str, str]]:
+    for lineno, rec in _jsonl_records(path):
+        if not isinstance(rec, dict):
+            raise DatasetError(f"{path}:{lineno}: expected a JSON object per line")
+        docid = rec.get("_id", rec.get("id", rec.get("docid")))
+        if docid is None:
+            raise DatasetError(f"{path}:{lineno}: no '_id' (or 'id') key; every document needs an id")
+        text = rec.get("text", rec.get("contents"))
+        if text is None:
+            raise DatasetError(f"{path}:{lineno}: no 'text' (or 'contents') key")
+        yield str(docid), doc_text(rec.get("title"), text)
 
 
 def _read_jsonl_queries(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                qid, text = str(rec["_id"]), str(rec["text"])
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise DatasetError(f"{path}:{lineno}: expected a JSON object with '_id' and 'text' ({e})") from e
-            if qid in out:
-                raise DatasetError(f"{path}:{lineno}: duplicate query id {qid!r}; remove one of them")
-            out[qid] = text
+    for lineno, rec in _jsonl_records(path):
+        try:
+            qid, text = str(rec["_id"]), str(rec["text"])
+        except (KeyError, TypeError) as e:
+            raise DatasetError(f"{path}:{lineno}: expected a JSON object with '_id' and 'text' ({e})") from e
+        if qid in out:
+            raise DatasetError(f"{path}:{lineno}: duplicate query id {qid!r}; remove one of them")
+        out[qid] = text
     return out
 
 
