@@ -11,6 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
+# The real MS MARCO triples sample, as a training-data spec (tests/test_train.py and others).
+TRIPLES = {"source": "tsv_triples", "path": str(REPO / "resources/demo/msmarco-triples-sample/triples.tsv")}
 
 
 @pytest.fixture(scope="session")

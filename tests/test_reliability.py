@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, tiny_bert
+from conftest import REPO, TRIPLES, tiny_bert
 
 BIN = Path(sys.executable).parent
 CLI = [str(BIN / "splade-rescale")]
@@ -44,7 +44,6 @@ SCIFACT_SUBSET = {"source": "beir_local", "path": str(REPO / "resources/demo/sci
                                                 "seed": 0}}
 ENCODING = {"head": "fused", "precision": "fp32", "query_max_length": 32, "doc_max_length": 64,
             "batch_size": 32, "quantization": 100, "shard_size": 40}
-TRIPLES = {"source": "tsv_triples", "path": str(REPO / "resources/demo/msmarco-triples-sample/triples.tsv")}
 TINY_RECIPE = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 5.0e-5, "warmup_steps": 2,
                "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 1, "query_max_length": 16,
                "doc_max_length": 32, "lambda_q": 5.0e-4, "lambda_d": 1.0e-2, "flops_warmup_steps": 4,

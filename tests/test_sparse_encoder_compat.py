@@ -16,9 +16,8 @@ from splade_rescale.heads import init_identity_transform
 from splade_rescale.splade import SpladeEncoder
 from splade_rescale.recipes import resolve_recipe
 from splade_rescale.train import run_training
+from conftest import TRIPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-TRIPLES = {"source": "tsv_triples", "path": str(ROOT / "resources/demo/msmarco-triples-sample/triples.tsv")}
 RECIPE = {"steps": 2, "batch_size": 2, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 0,
           "weight_decay": 0.0, "max_grad_norm": 1.0, "grad_accumulation": 1, "query_max_length": 16,
           "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 0,

@@ -22,9 +22,8 @@ from splade_rescale.heads import init_identity_transform
 from splade_rescale.recipes import TrainingConfigError, resolve_recipe
 from splade_rescale.train import LOG_COLUMNS, run_training
 from splade_rescale.training_data import TrainingDataError, example_stream
+from conftest import TRIPLES
 
-ROOT = Path(__file__).resolve().parents[1]
-TRIPLES = {"source": "tsv_triples", "path": str(ROOT / "resources/demo/msmarco-triples-sample/triples.tsv")}
 TINY = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 2,
         "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 2, "query_max_length": 16,
         "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 4,
