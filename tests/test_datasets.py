@@ -137,7 +137,9 @@ def test_ir_datasets_offline_scifact(tmp_path):
     zpath = home / "beir" / "scifact" / "source.zip"
     zpath.parent.mkdir(parents=True)
     with gzip.open(src / "corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
-        corpus = "".join(line for _, line in zip(range(300), fh))
+        corpus = "".join(line for _, line in zip(range(299), fh))
+    # BEIR has documents with a title and an empty text: the title must appear once, not twice
+    corpus += json.dumps({"_id": "empty-text", "title": "Only a title", "text": ""}) + "\n"
     with zipfile.ZipFile(zpath, "w") as z:
         z.writestr("scifact/corpus.jsonl", corpus)
         z.write(src / "queries.jsonl", "scifact/queries.jsonl")
@@ -153,6 +155,7 @@ def test_ir_datasets_offline_scifact(tmp_path):
     assert got["queries"] == ref.queries and len(got["queries"]) == 300
     assert got["qrels"] == ref.qrels
     assert got["docs"] == dict(ref.iter_docs()) and len(got["docs"]) == 300
+    assert got["docs"]["empty-text"] == "Only a title"
 
 
 def _load_in_subprocess(home: Path, ds_id: str) -> dict:

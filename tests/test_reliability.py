@@ -17,6 +17,7 @@ call) and checks the protection that handles it:
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import random
@@ -100,10 +101,11 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _encode_cmd(model: Path, out: Path) -> list[str]:
-    """`splade-rescale encode` (the workflow's encode rule): queries, then the corpus, into ``out``."""
-    return [*CLI, "encode", "--model", str(model / "model"), "--training-manifest",
-            str(model / "training_manifest.json"), "--name", "scifact", "--dataset", json.dumps(SCIFACT_SUBSET),
-            "--encoding", json.dumps(ENCODING), "--device", "cpu", "--threads", "2", "--out", str(out)]
+    """`splade-rescale encode-corpus` (the workflow's encode_corpus rule) into ``out/corpus``."""
+    encoding = {**ENCODING, "index_budget_gb": 100, "max_active_dims": None}
+    return [*CLI, "encode-corpus", "--model", str(model / "model"), "--training-manifest",
+            str(model / "training_manifest.json"), "--name", "scifact", "--corpus", json.dumps(SCIFACT_SUBSET),
+            "--encoding", json.dumps(encoding), "--device", "cpu", "--threads", "2", "--out", str(out / "corpus")]
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -130,7 +132,7 @@ def reference_encoding(demo_model: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_killed_encoding_leaves_nothing_complete_and_rerun_is_identical(
         demo_model: Path, reference_encoding: tuple[Path, float], tmp_path: Path, sig: signal.Signals) -> None:
-    """Fault: `splade-rescale encode` killed at a seeded random point while it encodes the corpus.
+    """Fault: `splade-rescale encode-corpus` killed at a seeded random point while it encodes.
 
     Without atomic_dir the shards would be written straight into ``corpus/``, so the folder
     would exist after the kill (a half-written output Snakemake could take as complete); without
@@ -141,27 +143,22 @@ def test_killed_encoding_leaves_nothing_complete_and_rerun_is_identical(
     rng = random.Random(1234 + int(sig))
     proc = subprocess.Popen(_encode_cmd(demo_model, out), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    started = _wait_for(_corpus_started(out), proc)  # queries done, corpus encoding under way
+    started = _wait_for(_corpus_started(out), proc)  # corpus encoding under way
     assert _kill_at(proc, sig, started + rng.uniform(0.1, 0.8) * window) == -sig
 
     assert not (out / "corpus").exists(), "a killed encoding left its corpus folder"
     assert not (out / "corpus.stats.json").exists()
-    visible = {p.name for p in out.iterdir() if not p.name.startswith(".")}
-    assert visible <= {"queries.jsonl", "queries.jsonl.stats.json"}
-    ref_files = _files(reference)
-    assert (out / "queries.jsonl").read_bytes() == ref_files["queries.jsonl"]  # what exists is complete
-    assert _leftovers_are_hidden_tmp(out, "corpus", "corpus.stats.json", "queries.jsonl",
-                                     "queries.jsonl.stats.json") == sorted(visible)
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == set()
+    assert _leftovers_are_hidden_tmp(out, "corpus", "corpus.stats.json") == []
 
     rerun = subprocess.run(_encode_cmd(demo_model, out), env=ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     ref_shards = _files(reference / "corpus")
     assert len(ref_shards) >= 3  # several shards, so a kill can fall between two of them
-    assert _files(out / "corpus") == ref_shards  # byte-identical
-    assert (out / "queries.jsonl").read_bytes() == ref_files["queries.jsonl"]
+    assert _files(out / "corpus") == ref_shards  # byte-identical (gzip without a timestamp)
     assert _hidden(out) == []  # the stale temporaries were removed by the rerun
     stats = json.loads((out / "corpus.stats.json").read_text())
-    assert stats["n_docs"] == sum(s.count(b"\n") for s in ref_shards.values())
+    assert stats["n_docs"] == sum(gzip.decompress(s).count(b"\n") for s in ref_shards.values())
 
 
 # ---------------------------------------------------------------------------- training
@@ -370,7 +367,7 @@ def test_run_qrels_mismatch_is_counted_not_hidden(tmp_path: Path) -> None:
     out = tmp_path / "metrics.json"
     proc = subprocess.run([*CLI, "evaluate", "--run", str(tmp_path / "run.trec"), "--run-stats",
                            str(tmp_path / "run.stats.json"), "--name", "tiny", "--dataset", json.dumps(dataset),
-                           "--label", "backbone=x", "--out", str(out)],
+                           "--label", "backbone=x", "--out", str(out), "--qrels-out", str(tmp_path / "m.qrels")],
                           env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 of 4 judged queries have no results" in proc.stderr

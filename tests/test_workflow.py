@@ -26,20 +26,52 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def test_paper_dry_run_shows_the_whole_experiment():
+    """Corpus work is planned once per corpus: MS MARCO dev, DL19 and DL20 share one corpus."""
     proc = snakemake("all", "-n", "--cores", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
-    backbones, variants, datasets = 9, 2, 16
+    backbones, variants, datasets, corpora = 9, 2, 16, 14
+    models = backbones * variants
     assert counts["fetch_backbone"] == backbones
     assert counts["norms_backbone"] == backbones
-    assert counts["rescale_head"] == backbones * variants
-    assert counts["norms_variant"] == backbones * variants
-    assert counts["train"] == backbones * variants
-    for rule in ("encode", "impact_index", "impact_retrieve", "evaluate"):
-        assert counts[rule] == backbones * variants * datasets, rule
-    for rule in ("bm25_index", "bm25_retrieve", "evaluate_bm25"):
+    assert counts["rescale_head"] == models
+    assert counts["norms_variant"] == models
+    assert counts["train"] == models
+    for rule in ("encode_corpus", "impact_index"):
+        assert counts[rule] == models * corpora, rule
+    for rule in ("encode_queries", "impact_retrieve", "evaluate"):
+        assert counts[rule] == models * datasets, rule
+    assert counts["bm25_index"] == corpora
+    for rule in ("bm25_retrieve", "evaluate_bm25"):
         assert counts[rule] == datasets, rule
     assert counts["tables"] == 1
+    msmarco = re.findall(r"results/indexes/bert-base-uncased/baseline/msmarco-passage\b", proc.stdout)
+    assert msmarco and "results/indexes/bert-base-uncased/baseline/dl19" not in proc.stdout
+
+
+def test_corpus_names_follow_the_documents_not_the_query_sets():
+    from splade_rescale.corpora import corpora
+
+    datasets = {
+        "msmarco-dev": {"source": "ir_datasets", "id": "msmarco-passage/dev/small", "metrics": "msmarco"},
+        "dl19": {"source": "ir_datasets", "id": "msmarco-passage/trec-dl-2019/judged", "metrics": "trec-dl"},
+        "fiqa": {"source": "ir_datasets", "id": "beir/fiqa/test", "metrics": "beir"},
+        "a": {"source": "trec_local", "corpus": "x/pool/corpus.jsonl.gz", "queries": "a.tsv", "qrels": "a.txt",
+              "metrics": "trec-dl"},
+        "b": {"source": "trec_local", "corpus": "x/pool/./corpus.jsonl.gz", "queries": "b.tsv", "qrels": "b.txt",
+              "metrics": "trec-dl", "note": "same corpus, other queries"},
+        "c": {"source": "trec_local", "corpus": "y/pool/corpus.jsonl.gz", "queries": "b.tsv", "qrels": "b.txt",
+              "metrics": "trec-dl"},
+        "a-sub": {"source": "trec_local", "corpus": "x/pool/corpus.jsonl.gz", "queries": "a.tsv", "qrels": "a.txt",
+                  "metrics": "trec-dl", "subset": {"max_queries": 3, "max_judged_per_query": 2}},
+    }
+    of, specs = corpora(datasets)
+    assert of["msmarco-dev"] == of["dl19"] == "msmarco-passage"
+    assert specs["msmarco-passage"] == {"source": "ir_datasets", "id": "msmarco-passage"}
+    assert of["fiqa"] == "beir-fiqa"
+    assert of["a"] == of["b"] != of["c"]  # same file; a different file with the same folder name
+    assert of["a"].startswith("pool-") and of["c"].startswith("pool-")
+    assert of["a-sub"] == "a-sub" and "queries" in specs["a-sub"]  # a subset depends on its queries
 
 
 def test_lint_is_clean():

@@ -149,41 +149,78 @@ def collapsed(manifest_path: Path | None) -> dict[str, Any] | None:
             "collapse_step": manifest.get("collapse_step")}
 
 
+def skipped(folder: Path | None) -> dict[str, Any] | None:
+    """The SKIPPED record an upstream stage left in ``folder`` (collapsed or too dense), if any."""
+    marker = folder / SKIPPED if folder else None
+    return json.loads(marker.read_text()) if marker and marker.is_file() else None
+
+
 def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--training-manifest", type=Path)
-    p.add_argument("--name", required=True, help="dataset name in the config")
-    p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON")
-    p.add_argument("--encoding", type=json_arg, required=True, help="the encoding section, as JSON")
+    p.add_argument("--encoding", type=json_arg, required=True,
+                   help="head, precision, batch_size, quantization (+ the corpus settings), as JSON")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int)
-    p.add_argument("--out", required=True, type=Path)
 
 
-@command("encode", model_args)
-def encode_cmd(args: argparse.Namespace) -> None:
-    """Encode a dataset's corpus (JsonVectorCollection shards) and judged queries with one model load.
-
-    ``--out`` is the dataset's folder: ``corpus/``, ``queries.jsonl`` and a stats JSON beside each.
-    """
-    from splade_rescale.atomic import atomic_dir, write_json, write_text
-    from splade_rescale.encode import encode_corpus, encode_queries, load_encoder, stats_path_for
-    corpus, queries = args.out / "corpus", args.out / "queries.jsonl"
-    if skip := collapsed(args.training_manifest):
-        with atomic_dir(corpus) as tmp:
-            write_json(tmp / SKIPPED, skip)
-        write_text(queries, "")
-        for path in (corpus, queries):
-            write_json(stats_path_for(path), skip)
-        return
+def _encoder(args: argparse.Namespace):
+    from splade_rescale.encode import load_encoder
     set_threads(args.threads)
+    return load_encoder(args.model, head=args.encoding["head"], precision=args.encoding["precision"],
+                        device=None if args.device == "auto" else args.device)
+
+
+@command("encode-corpus", lambda p: (
+    model_args(p),
+    p.add_argument("--name", required=True, help="corpus name"),
+    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="JsonVectorCollection folder; stats JSON beside it"),
+))
+def encode_corpus_cmd(args: argparse.Namespace) -> None:
+    """Encode a corpus once for all its query sets (gzipped JsonVectorCollection shards).
+
+    A collapsed model, or a corpus estimated above ``index_budget_gb``, leaves a SKIPPED
+    record instead of shards: the later stages pass it on and the tables show it.
+    """
+    from splade_rescale.atomic import atomic_dir, write_json
+    from splade_rescale.encode import TooDenseError, encode_corpus, stats_path_for
+
+    def skip(record: dict[str, Any]) -> None:
+        with atomic_dir(args.out) as tmp:
+            write_json(tmp / SKIPPED, record)
+        write_json(stats_path_for(args.out), record)
+
+    if record := collapsed(args.training_manifest):
+        return skip(record)
     enc = args.encoding
-    encoder = load_encoder(args.model, head=enc["head"], device=None if args.device == "auto" else args.device,
-                           precision=enc["precision"])
-    encode_queries(args.model, args.dataset, queries, enc["query_max_length"], enc["batch_size"],
-                   enc["quantization"], name=args.name, encoder=encoder)
-    encode_corpus(args.model, args.dataset, corpus, enc["doc_max_length"], enc["batch_size"],
-                  enc["quantization"], shard_size=enc["shard_size"], name=args.name, encoder=encoder)
+    try:
+        encode_corpus(args.model, args.corpus, args.out, enc["doc_max_length"], enc["batch_size"],
+                      enc["quantization"], shard_size=enc["shard_size"], name=args.name, encoder=_encoder(args),
+                      budget_gb=enc.get("index_budget_gb"), max_active_dims=enc.get("max_active_dims"))
+    except TooDenseError as exc:
+        log.warning("%s: %s", args.name, exc)
+        skip({"status": "too dense", "reason": str(exc)})
+
+
+@command("encode-queries", lambda p: (
+    model_args(p),
+    p.add_argument("--name", required=True, help="dataset name in the config"),
+    p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON"),
+    p.add_argument("--max-length", type=int, required=True, help="query tokens (config.query_max_length)"),
+    p.add_argument("--out", required=True, type=Path, help="query-vector JSONL; stats JSON beside it"),
+))
+def encode_queries_cmd(args: argparse.Namespace) -> None:
+    """Encode a dataset's judged queries (its corpus is encoded once, by encode-corpus)."""
+    from splade_rescale.atomic import write_json, write_text
+    from splade_rescale.encode import encode_queries, stats_path_for
+    if record := collapsed(args.training_manifest):
+        write_text(args.out, "")
+        write_json(stats_path_for(args.out), record)
+        return
+    enc = args.encoding
+    encode_queries(args.model, args.dataset, args.out, args.max_length, enc["batch_size"], enc["quantization"],
+                   name=args.name, encoder=_encoder(args))
 
 
 @command("index", lambda p: (
@@ -193,12 +230,11 @@ def encode_cmd(args: argparse.Namespace) -> None:
 ))
 def index_cmd(args: argparse.Namespace) -> None:
     """Lucene impact index of a JsonVectorCollection (restarts clean)."""
-    import shutil
-    from splade_rescale.atomic import atomic_dir
+    from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.lucene import run_build_impact_index
-    if (args.collection / SKIPPED).is_file():
+    if record := skipped(args.collection):
         with atomic_dir(args.out) as tmp:
-            shutil.copy(args.collection / SKIPPED, tmp / SKIPPED)
+            write_json(tmp / SKIPPED, record)
         return
     log.info("index: %s", run_build_impact_index(args.collection, args.out, args.threads))
 
@@ -220,9 +256,9 @@ def retrieve_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.atomic import write_json, write_text
     from splade_rescale.datasets import default_exclude_self
     from splade_rescale.lucene import run_impact_search
-    if (args.index / SKIPPED).is_file():
+    if record := skipped(args.index):
         write_text(args.run, "")
-        write_json(args.stats, json.loads((args.index / SKIPPED).read_text()))
+        write_json(args.stats, record)
         return
     run_impact_search(args.index, args.queries, args.run, k=args.k, threads=args.threads,
                       exclude_self=default_exclude_self(args.name, args.dataset), tag=args.tag,
@@ -230,15 +266,15 @@ def retrieve_cmd(args: argparse.Namespace) -> None:
 
 
 @command("bm25-index", lambda p: (
-    p.add_argument("--name", required=True, help="dataset name in the config"),
-    p.add_argument("--dataset", type=json_arg, required=True),
+    p.add_argument("--name", required=True, help="corpus name"),
+    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
 ))
 def bm25_index_cmd(args: argparse.Namespace) -> None:
-    """BM25 index (Anserini's English analyser) of a dataset's (subset) corpus, title + text."""
+    """BM25 index (Anserini's English analyser) of a corpus (or a dataset's subset), title + text."""
     from splade_rescale.lucene import run_build_bm25_index
-    log.info("bm25 index: %s", run_build_bm25_index(args.name, args.dataset, args.out, args.threads))
+    log.info("bm25 index: %s", run_build_bm25_index(args.name, args.corpus, args.out, args.threads))
 
 
 @command("bm25-retrieve", search_args)
@@ -260,15 +296,18 @@ def bm25_retrieve_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--training-manifest", type=Path),
     p.add_argument("--label", action="append", default=[], help="key=value stored in the output"),
     p.add_argument("--out", required=True, type=Path),
+    p.add_argument("--qrels-out", required=True, type=Path, help="the qrels as evaluated (TREC format)"),
 ))
 def evaluate_cmd(args: argparse.Namespace) -> None:
     """ranx metrics (per query too), query-count diagnostics and efficiency statistics."""
     from splade_rescale.atomic import write_json
-    from splade_rescale.datasets import load_dataset
+    from splade_rescale.datasets import load_dataset, write_qrels
     from splade_rescale.evaluate import efficiency_stats, run_evaluate
     extra = {**dict(item.split("=", 1) for item in args.label), "dataset": args.name,
              "dataset_note": args.dataset.get("note")}
-    if skip := collapsed(args.training_manifest):
+    qrels = load_dataset(args.name, args.dataset).qrels
+    if skip := collapsed(args.training_manifest) or skipped(args.index):
+        write_qrels(qrels, args.qrels_out)
         write_json(args.out, {**extra, **skip, "metric_set": args.dataset["metrics"], "metrics": None,
                               "per_query": None})
         return
@@ -278,8 +317,8 @@ def evaluate_cmd(args: argparse.Namespace) -> None:
 
     size = sum(p.stat().st_size for p in args.index.rglob("*") if p.is_file()) if args.index else None
     efficiency = efficiency_stats(read(args.query_stats), read(args.corpus_stats), size, read(args.run_stats))
-    qrels = load_dataset(args.name, args.dataset).qrels
-    run_evaluate(args.run, qrels, args.dataset["metrics"], args.out, efficiency, {**extra, "status": "ok"})
+    run_evaluate(args.run, qrels, args.dataset["metrics"], args.out, efficiency, {**extra, "status": "ok"},
+                 qrels_path=args.qrels_out)
 
 
 # --- summaries, tables, figures ---------------------------------------------------------------

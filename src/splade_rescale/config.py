@@ -51,6 +51,22 @@ def parse_factor(value: float | int | str, key: str = "factor") -> float:
     return factor
 
 
+# Query length for BEIR sets unless a dataset sets its own: naver/splade's BEIR evaluation
+# (splade/beir_eval.py, max_length of conf/train/config/splade.yaml) and Pyserini's BEIR
+# SPLADE++ ED 2CR runs (SpladeQueryEncoder, max_length=256) both cut queries at 256 tokens.
+BEIR_QUERY_MAX_LENGTH = 256
+
+
+def query_max_length(encoding: dict[str, Any], dataset: dict[str, Any]) -> int:
+    """A dataset's query length: its ``query_max_length``, else ``encoding.beir_query_max_length``
+    for BEIR sets (long ArguAna-style queries), else ``encoding.query_max_length``."""
+    if dataset.get("query_max_length") is not None:
+        return int(dataset["query_max_length"])
+    if dataset.get("metrics") == "beir":
+        return int(encoding.get("beir_query_max_length", BEIR_QUERY_MAX_LENGTH))
+    return int(encoding.get("query_max_length", 32))
+
+
 def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
     """Raise :class:`ConfigError` with one line for the first problem found."""
     import jsonschema  # only workflow-config validation needs it (GPU images may lack it)
@@ -87,12 +103,15 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
                               f"{', '.join(backbones)}")
         if not isinstance(per_backbone, dict):
             raise ConfigError(f"training.overrides.{backbone} = {per_backbone!r}: expected a mapping")
-    for key in ("query_max_length", "doc_max_length"):
-        length = config["encoding"].get(key)
+    lengths = {f"encoding.{key}": config["encoding"].get(key)
+               for key in ("query_max_length", "beir_query_max_length", "doc_max_length")}
+    lengths.update({f"datasets.{name}.query_max_length": spec.get("query_max_length")
+                    for name, spec in config["datasets"].items()})
+    for key, length in lengths.items():
         for name, spec in backbones.items():
             limit = spec.get("max_length")
             if length is not None and limit is not None and length > limit:
-                raise ConfigError(f"encoding.{key} = {length} exceeds backbones.{name}.max_length = {limit}")
+                raise ConfigError(f"{key} = {length} exceeds backbones.{name}.max_length = {limit}")
 
 
 def load_config(*paths: str | Path) -> dict[str, Any]:

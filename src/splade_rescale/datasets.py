@@ -49,7 +49,7 @@ def _open_text(path: Path) -> io.TextIOBase:
 def doc_text(title: str | None, text: str | None) -> str:
     """Text to encode/index: ``title + " " + text`` if there is a title, else ``text``."""
     title, text = (title or "").strip(), text or ""
-    return f"{title} {text}" if title else text
+    return f"{title} {text}" if title and text else title or text
 
 
 # ---------------------------------------------------------------------------- local readers
@@ -169,7 +169,10 @@ def _irds(ds_id: str) -> Any:
 
 def _irds_docs(ds_id: str) -> Iterator[tuple[str, str]]:
     for d in _irds(ds_id).docs_iter():
-        yield str(d.doc_id), doc_text(getattr(d, "title", None), getattr(d, "text", None) or d.default_text())
+        # The text field where the record has one, even if empty: default_text() already
+        # holds the title, so an empty BEIR text must not fall back to it (title twice).
+        text = d.text if hasattr(d, "text") else d.default_text()
+        yield str(d.doc_id), doc_text(getattr(d, "title", None), text)
 
 
 def _irds_queries(ds_id: str) -> dict[str, str]:
@@ -205,21 +208,41 @@ class Dataset:
 
     def iter_docs(self) -> Iterator[tuple[str, str]]:
         """Stream (docid, text) in corpus order (subset applied); duplicate ids are an error."""
-        seen: set[str] = set()  # ids only: ~0.8 GB for MS MARCO's 8.8M passages
-        n = n_empty = 0
-        for docid, text in _raw_docs(self.spec):
-            if self.doc_ids is not None and docid not in self.doc_ids:
-                continue
-            if docid in seen:
-                raise DatasetError(f"{_corpus_where(self.spec)}: duplicate document id {docid!r} "
-                                   f"(document #{n + 1}); deduplicate the corpus")
-            seen.add(docid)
-            n += 1
-            n_empty += not text.strip()
-            yield docid, text
-        if n_empty:
-            log.warning("%s: %d of %d documents have empty text (kept)", self.name, n_empty, n)
-        self.stats.update(n_docs=n, n_empty_docs=n_empty)
+        return _checked_docs(self.name, self.spec, self.stats, self.doc_ids)
+
+
+def _checked_docs(name: str, spec: Mapping, stats: dict, keep: frozenset[str] | None = None
+                  ) -> Iterator[tuple[str, str]]:
+    """(docid, text) of a corpus in order, restricted to ``keep``; counts into ``stats``."""
+    seen: set[str] = set()  # ids only: ~0.8 GB for MS MARCO's 8.8M passages
+    n = n_empty = 0
+    for docid, text in _raw_docs(spec):
+        if keep is not None and docid not in keep:
+            continue
+        if docid in seen:
+            raise DatasetError(f"{_corpus_where(spec)}: duplicate document id {docid!r} "
+                               f"(document #{n + 1}); deduplicate the corpus")
+        seen.add(docid)
+        n += 1
+        n_empty += not text.strip()
+        yield docid, text
+    if n_empty:
+        log.warning("%s: %d of %d documents have empty text (kept)", name, n_empty, n)
+    stats.update(n_docs=n, n_empty_docs=n_empty)
+
+
+def load_corpus(name: str, spec: Mapping, root: str | Path = ".") -> tuple[Iterator[tuple[str, str]], int]:
+    """A corpus's (docid, text) stream and its document count, from a corpus spec
+    (:func:`splade_rescale.corpora.corpus_spec`): a dataset's subset, or a whole corpus."""
+    if spec.get("subset"):
+        ds = load_dataset(name, spec, root)
+        return ds.iter_docs(), len(ds.doc_ids or ())
+    spec = _resolve(spec, Path(root))
+    if spec["source"] == "ir_datasets":
+        total = _irds(spec["id"]).docs_count()
+    else:  # one cheap pass over the ids, so progress and size estimates know the total
+        total = sum(1 for _ in _raw_docs(spec))
+    return _checked_docs(name, spec, {}), total
 
 
 def _corpus_where(spec: Mapping) -> str:

@@ -8,11 +8,20 @@ Weights are ``round(w * quantization)``; zeros are dropped.
 
 Memory stays bounded whatever the corpus size: documents are read in chunks of
 ``chunk_size``, sorted by length inside the chunk (less padding), encoded in batches and
-written back in corpus order.
+written back in corpus order. Shards are gzipped (Anserini reads ``.jsonl.gz``).
+
+Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
+with thousands of non-zeros per document would write terabytes. After the first
+``size_sample`` documents the shard and index sizes of the whole corpus are estimated; above
+``budget_gb`` the encode stops with :class:`TooDenseError` (the workflow records "too dense
+to index" and goes on). ``max_active_dims`` optionally keeps only each document's top-k
+weights (sentence-transformers' name for the same pruning); off by default.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import itertools
 import json
 import logging
@@ -29,6 +38,15 @@ from splade_rescale.atomic import atomic_dir, atomic_file, write_json
 log = logging.getLogger(__name__)
 
 
+# Bytes a Lucene impact index takes per non-zero document weight (postings, frequencies,
+# skip data, term dictionary), measured on the demo's indexes; used only for the estimate.
+INDEX_BYTES_PER_NONZERO = 1.0
+
+
+class TooDenseError(RuntimeError):
+    """A corpus whose estimated shards + index exceed the encoding budget."""
+
+
 class Encoder(Protocol):
     def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor: ...
 
@@ -39,6 +57,14 @@ def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None 
     from splade_rescale.splade import SpladeEncoder
 
     return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision)
+
+
+def prune(reps: torch.Tensor, max_active_dims: int | None) -> torch.Tensor:
+    """Keep each row's ``max_active_dims`` largest weights (None: keep all)."""
+    if not max_active_dims or reps.shape[-1] <= max_active_dims:
+        return reps
+    values, idx = reps.topk(max_active_dims, dim=-1)
+    return torch.zeros_like(reps).scatter_(-1, idx, values)
 
 
 def quantize(reps: torch.Tensor, quantization: float) -> list[dict[str, int]]:
@@ -82,46 +108,82 @@ def _chunks(it: Iterable, size: int) -> Iterator[list]:
 
 
 def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batch_size: int,
-                   quantization: float) -> list[dict[str, int]]:
+                   quantization: float, max_active_dims: int | None = None) -> list[dict[str, int]]:
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
     vecs: list[dict[str, int] | None] = [None] * len(texts)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        reps = encoder.encode_batch([texts[i] for i in idx], max_length)
+        reps = prune(encoder.encode_batch([texts[i] for i in idx], max_length), max_active_dims)
         for i, v in zip(idx, quantize(reps, quantization)):
             vecs[i] = v
     return vecs  # type: ignore[return-value]
 
 
+def _gzip_text(path: Path) -> io.TextIOWrapper:
+    """A gzip text writer without a timestamp in its header: a rerun writes identical bytes."""
+    return io.TextIOWrapper(gzip.GzipFile(path, "wb", compresslevel=6, mtime=0), encoding="utf-8")
+
+
+def _dir_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+
+def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
+    """Shard and index bytes of a ``total``-document corpus, from its first ``n_docs``."""
+    shards = shard_bytes / n_docs * total
+    index = nnz / n_docs * INDEX_BYTES_PER_NONZERO * total
+    return {"sample_docs": n_docs, "total_docs": total, "shard_bytes": round(shards), "index_bytes": round(index),
+            "gb": round((shards + index) / 1e9, 3)}
+
+
 def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
                 batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
-                chunk_size: int = 20_000, total: int | None = None) -> dict:
-    """Write ``docs-00000.jsonl``... (JsonVectorCollection) atomically; return stats."""
+                chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
+                size_sample: int = 2000, max_active_dims: int | None = None) -> dict:
+    """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) atomically; return stats.
+
+    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
+    ``size_sample`` documents if the whole corpus's estimated shards + index exceed it.
+    """
     stats = _TermStats()
+    estimate = None
     t0 = time.perf_counter()
     with atomic_dir(out_dir) as tmp, tqdm(total=total, desc="encode docs", unit="doc", mininterval=5) as bar:
         fh, written = None, 0
-        for chunk in _chunks(docs, chunk_size):
-            vecs = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization)
+        for chunk in _chunks(docs, min(chunk_size, size_sample) if budget_gb and total else chunk_size):
+            vecs = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization,
+                                  max_active_dims)
             for (docid, _), vec in zip(chunk, vecs):
                 if written % shard_size == 0:
                     if fh:
                         fh.close()
-                    fh = open(tmp / f"docs-{written // shard_size:05d}.jsonl", "w", encoding="utf-8")
+                    fh = _gzip_text(tmp / f"docs-{written // shard_size:05d}.jsonl.gz")
                 fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
                 written += 1
                 stats.add(vec)
             bar.update(len(chunk))
             del vecs  # keep one chunk of vectors alive, not two
+            if estimate is None and budget_gb and total:
+                fh.flush()
+                estimate = size_estimate(written, _dir_bytes(tmp), stats.nnz, total)
+                log.info("size estimate for %d documents: %s", total, estimate)
+                if estimate["shard_bytes"] + estimate["index_bytes"] > budget_gb * 1e9:
+                    fh.close()
+                    raise TooDenseError(f"too dense to index (estimated {estimate['gb']:.1f} GB of shards and "
+                                        f"index > budget {budget_gb:g} GB; {stats.nnz / written:.0f} non-zeros "
+                                        f"per document)")
         if fh:
             fh.close()
         if not written:
             raise ValueError(f"{out_dir}: no documents to encode; check the dataset")
+        shard_bytes = _dir_bytes(tmp)
     secs = time.perf_counter() - t0
     if stats.n_empty:
         log.warning("%d of %d documents have an all-zero vector (Anserini skips them)", stats.n_empty, written)
     return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3), "docs_per_second": round(written / secs, 2),
-            "quantization": quantization, "max_length": max_length}
+            "quantization": quantization, "max_length": max_length, "max_active_dims": max_active_dims,
+            "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / written, 1),
+            "size_estimate": estimate}
 
 
 def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: str | Path, max_length: int,
@@ -149,19 +211,19 @@ def stats_path_for(out: str | Path) -> Path:
     return out.with_name(out.name + ".stats.json")
 
 
-def encode_corpus(model_dir: str | Path, dataset_spec: Mapping, out_dir: str | Path, max_length: int,
+def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
                   batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
-                  *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
-                  encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto") -> dict:
-    """CLI stage: a dataset's (subset) corpus -> JsonVectorCollection in ``out_dir`` + stats JSON beside."""
-    from splade_rescale.datasets import load_dataset
+                  *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
+                  encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto",
+                  budget_gb: float | None = None, max_active_dims: int | None = None) -> dict:
+    """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside."""
+    from splade_rescale.datasets import load_corpus
 
-    ds = load_dataset(name, dataset_spec, root)
+    docs, total = load_corpus(name, corpus_spec, root)
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
-    total = len(ds.doc_ids) if ds.doc_ids is not None else None
-    stats = encode_docs(enc, ds.iter_docs(), out_dir, max_length, batch_size, quantization, shard_size,
-                        chunk_size, total)
-    write_json(stats_path_for(out_dir), {"dataset": name, "model_dir": str(model_dir), **stats})
+    stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
+                        budget_gb=budget_gb, max_active_dims=max_active_dims)
+    write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir), **stats})
     return stats
 
 

@@ -121,11 +121,16 @@ def efficiency_stats(query_stats: Mapping | None = None, doc_stats: Mapping | No
         out["mean_nnz_per_query"] = query_stats["mean_nnz_per_query"]
     if doc_stats:
         out["mean_nnz_per_doc"] = doc_stats["mean_nnz_per_doc"]
+        for key in ("shard_bytes_per_doc", "max_active_dims"):
+            if doc_stats.get(key) is not None:
+                out[key] = doc_stats[key]
     if query_stats and doc_stats:
         out["flops"] = flops(query_stats["term_df"], query_stats["n_queries"], doc_stats["term_df"],
                              doc_stats["n_docs"])
     if index_size_bytes is not None:
         out["index_size_bytes"] = int(index_size_bytes)
+        if doc_stats and doc_stats.get("n_docs"):
+            out["index_bytes_per_doc"] = round(index_size_bytes / doc_stats["n_docs"], 1)
     if search_stats and search_stats.get("qps") is not None:
         out["qps"] = search_stats["qps"]
         out["search_threads"] = search_stats.get("threads")
@@ -198,10 +203,18 @@ def compare_systems(per_query: Mapping[str, Mapping[str, float]], reference: str
 
 
 def run_evaluate(run_path: str | Path, qrels: Qrels, metrics: str, out_path: str | Path,
-                 efficiency: Mapping | None = None, extra: Mapping | None = None) -> dict:
-    """CLI stage: TREC run file -> metrics JSON (scores, per-query, diagnostics, efficiency)."""
+                 efficiency: Mapping | None = None, extra: Mapping | None = None,
+                 qrels_path: str | Path | None = None) -> dict:
+    """CLI stage: TREC run file -> metrics JSON (scores, per-query, diagnostics, efficiency).
+
+    ``qrels_path``: where to write the qrels exactly as evaluated (after subsetting and
+    filtering, TREC format), so that trec_eval on the run and that file gives our number.
+    """
+    from splade_rescale.datasets import write_qrels
     from splade_rescale.lucene import read_trec_run
 
+    if qrels_path:
+        write_qrels(qrels, qrels_path)
     result = evaluate_run(qrels, read_trec_run(run_path), metrics, efficiency)
     result = {"run": str(run_path), "metric_set": metrics, **(extra or {}), **result}
     write_json(out_path, result)

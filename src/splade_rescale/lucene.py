@@ -94,20 +94,29 @@ def _index_collection(args: list[str], index_dir: Path) -> None:
 
 
 def build_impact_index(collection_dir: str | Path, index_dir: str | Path, threads: int = 1) -> dict:
-    """Index a JsonVectorCollection folder (``docs-*.jsonl``) as a Lucene impact index.
+    """Index a JsonVectorCollection folder (``docs-*.jsonl[.gz]``) as a Lucene impact index.
 
     ``-impact -pretokenized``: each ``vector`` term is one token and its integer weight is
     stored as the term frequency, so a query scores ``sum_t q_t * d_t`` exactly.
     Any previous (partial) index is replaced only once the new one is complete.
     """
     collection_dir = Path(collection_dir)
-    if not any(collection_dir.glob("*.jsonl")):
-        raise FileNotFoundError(f"{collection_dir}: no *.jsonl shards; run the encode step first")
+    if not _shards(collection_dir):
+        raise FileNotFoundError(f"{collection_dir}: no *.jsonl[.gz] shards; run the encode step first")
     t0 = time.perf_counter()
     _index_collection(["-collection", "JsonVectorCollection", "-input", str(collection_dir),
                        "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
                        "-impact", "-pretokenized", "-optimize"], Path(index_dir))
     return _index_stats(Path(index_dir), time.perf_counter() - t0)
+
+
+def _shards(collection_dir: Path) -> list[Path]:
+    return sorted([*collection_dir.glob("*.jsonl"), *collection_dir.glob("*.jsonl.gz")])
+
+
+def _count_lines(path: Path) -> int:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as fh:
+        return sum(1 for _ in fh)
 
 
 def build_bm25_index(docs: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1,
@@ -149,6 +158,7 @@ def _index_stats(index_dir: Path, seconds: float) -> dict:
     n = int(reader.numDocs())
     reader.close()
     return {"index_dir": str(index_dir), "n_docs": n, "index_size_bytes": size,
+            "index_bytes_per_doc": round(size / n, 1) if n else None,
             "seconds": round(seconds, 3), "docs_per_second": round(n / seconds, 1) if seconds else None}
 
 
@@ -307,7 +317,7 @@ def run_build_impact_index(collection_dir: str | Path, index_dir: str | Path, th
     from splade_rescale.atomic import write_json
 
     stats = build_impact_index(collection_dir, index_dir, threads)
-    n_lines = sum(1 for p in Path(collection_dir).glob("*.jsonl") for _ in open(p, "rb"))
+    n_lines = sum(_count_lines(p) for p in _shards(Path(collection_dir)))
     stats["n_docs_in_collection"] = n_lines
     if n_lines != stats["n_docs"]:
         log.warning("%s: %d documents in the collection, %d indexed (all-zero vectors are skipped)",
@@ -317,13 +327,13 @@ def run_build_impact_index(collection_dir: str | Path, index_dir: str | Path, th
     return stats
 
 
-def run_build_bm25_index(name: str, dataset_spec: Mapping, index_dir: str | Path, threads: int = 1,
+def run_build_bm25_index(name: str, corpus_spec: Mapping, index_dir: str | Path, threads: int = 1,
                          root: str | Path = ".", stats_path: str | Path | None = None) -> dict:
-    """CLI stage: a dataset's (subset) corpus -> BM25 index (+ stats JSON)."""
+    """CLI stage: a corpus (or a dataset's subset) -> BM25 index (+ stats JSON)."""
     from splade_rescale.atomic import write_json
-    from splade_rescale.datasets import load_dataset
+    from splade_rescale.datasets import load_corpus
 
-    stats = build_bm25_index(load_dataset(name, dataset_spec, root).iter_docs(), index_dir, threads)
+    stats = build_bm25_index(load_corpus(name, corpus_spec, root)[0], index_dir, threads)
     if stats_path:
         write_json(stats_path, stats)
     return stats

@@ -6,7 +6,8 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from splade_rescale.config import ConfigError, validate_config
+from splade_rescale.config import ConfigError, query_max_length, validate_config
+from splade_rescale.corpora import corpora
 from splade_rescale.recipes import resolve_recipe
 
 
@@ -42,17 +43,36 @@ BACKBONES = list(config["backbones"])
 VARIANTS = list(config["variants"])
 DATASETS = list(config["datasets"])
 REFERENCE = config["reference_backbone"]
+# Corpus work (encoding, impact and BM25 indexes) is keyed by corpus: MS MARCO dev, DL19 and
+# DL20 share one 8.8M-passage corpus, encoded and indexed once per model.
+CORPUS_OF, CORPORA = corpora(config["datasets"])
+CORPUS_OF = ConfigSection("datasets", CORPUS_OF)
+CORPORA = ConfigSection("corpus names", CORPORA)
 
 
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
     variant="[A-Za-z0-9_.-]+",
     dataset="[A-Za-z0-9_.-]+",
+    corpus="[A-Za-z0-9_.-]+",
 
 
 def as_json(obj):
     """A config fragment for the command line; Snakemake reruns a job when it changes."""
     return json.dumps(obj, sort_keys=True)
+
+
+def corpus_encoding():
+    """The encoding settings a corpus encode depends on (a query-only change reruns no corpus)."""
+    keys = ("head", "precision", "doc_max_length", "batch_size", "quantization", "shard_size", "index_budget_gb",
+            "max_active_dims")
+    return {k: config["encoding"][k] for k in keys}
+
+
+def query_encoding(dataset):
+    keys = ("head", "precision", "batch_size", "quantization")
+    return {**{k: config["encoding"][k] for k in keys},
+            "query_max_length": query_max_length(config["encoding"], config["datasets"][dataset])}
 
 
 def torch_device():

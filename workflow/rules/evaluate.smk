@@ -2,12 +2,13 @@ rule evaluate:
     input:
         run="results/runs/{backbone}/{variant}/{dataset}.trec",
         run_stats="results/runs/{backbone}/{variant}/{dataset}.stats.json",
-        corpus_stats="results/encoded/{backbone}/{variant}/{dataset}/corpus.stats.json",
-        query_stats="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl.stats.json",
-        index="results/indexes/{backbone}/{variant}/{dataset}",
+        corpus_stats=lambda w: f"results/encoded/{w.backbone}/{w.variant}/corpora/{CORPUS_OF[w.dataset]}.stats.json",
+        query_stats="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json",
+        index=lambda w: f"results/indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}",
         manifest="results/models/{backbone}/{variant}/manifest.json",
     output:
-        "results/metrics/{backbone}/{variant}/{dataset}.json",
+        metrics="results/metrics/{backbone}/{variant}/{dataset}.json",
+        qrels="results/metrics/{backbone}/{variant}/{dataset}.qrels",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
     log:
@@ -18,16 +19,17 @@ rule evaluate:
         "splade-rescale evaluate --run {input.run} --run-stats {input.run_stats} --name {wildcards.dataset} "
         "--dataset {params.dataset:q} --corpus-stats {input.corpus_stats} --query-stats {input.query_stats} "
         "--index {input.index} --training-manifest {input.manifest} --label backbone={wildcards.backbone} "
-        "--label variant={wildcards.variant} --out {output} > {log} 2>&1"
+        "--label variant={wildcards.variant} --out {output.metrics} --qrels-out {output.qrels} > {log} 2>&1"
 
 
 rule evaluate_bm25:
     input:
         run="results/runs/bm25/{dataset}.trec",
         run_stats="results/runs/bm25/{dataset}.stats.json",
-        index="results/indexes/bm25/{dataset}",
+        index=lambda w: f"results/indexes/bm25/{CORPUS_OF[w.dataset]}",
     output:
-        "results/metrics/bm25/{dataset}.json",
+        metrics="results/metrics/bm25/{dataset}.json",
+        qrels="results/metrics/bm25/{dataset}.qrels",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
     log:
@@ -37,4 +39,4 @@ rule evaluate_bm25:
     shell:
         "splade-rescale evaluate --run {input.run} --run-stats {input.run_stats} --name {wildcards.dataset} "
         "--dataset {params.dataset:q} --index {input.index} --label backbone=bm25 --label variant=bm25 "
-        "--out {output} > {log} 2>&1"
+        "--out {output.metrics} --qrels-out {output.qrels} > {log} 2>&1"

@@ -1,43 +1,72 @@
-rule encode:
-    """One model load encodes a dataset's corpus and its judged queries."""
+rule encode_corpus:
+    """A corpus is encoded once per model, whatever the number of query sets over it.
+
+    The gzipped shards are temporary: Snakemake deletes them once the impact index exists.
+    """
     input:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
     output:
-        corpus=directory("results/encoded/{backbone}/{variant}/{dataset}/corpus"),
-        corpus_stats="results/encoded/{backbone}/{variant}/{dataset}/corpus.stats.json",
-        queries="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
-        query_stats="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl.stats.json",
+        corpus=temp(directory("results/encoded/{backbone}/{variant}/corpora/{corpus}")),
+        stats="results/encoded/{backbone}/{variant}/corpora/{corpus}.stats.json",
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
-        encoding=as_json(config["encoding"]),
+        corpus=lambda w: as_json(CORPORA[w.corpus]),
+        encoding=as_json(corpus_encoding()),
         device=torch_device(),
-        out="results/encoded/{backbone}/{variant}/{dataset}",
     threads: 2
     resources:
         gpu=gpu_count(),
     log:
-        "results/logs/encode/{backbone}.{variant}.{dataset}.log",
+        "results/logs/encode_corpus/{backbone}.{variant}.{corpus}.log",
     benchmark:
-        "results/benchmarks/encode/{backbone}.{variant}.{dataset}.tsv"
+        "results/benchmarks/encode_corpus/{backbone}.{variant}.{corpus}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale encode --model {input.model} --training-manifest {input.manifest} "
+        "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
+        "--name {wildcards.corpus} --corpus {params.corpus:q} --encoding {params.encoding:q} "
+        "--device {params.device} --threads {threads} --out {output.corpus} > {log} 2>&1"
+
+
+rule encode_queries:
+    """A dataset's judged queries, at its own query length (BEIR: encoding.beir_query_max_length)."""
+    input:
+        manifest="results/models/{backbone}/{variant}/manifest.json",
+        model="results/models/{backbone}/{variant}/final",
+    output:
+        queries="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl",
+        stats="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json",
+    params:
+        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        encoding=lambda w: as_json(query_encoding(w.dataset)),
+        max_length=lambda w: query_encoding(w.dataset)["query_max_length"],
+        device=torch_device(),
+    threads: 2
+    resources:
+        gpu=gpu_count(),
+    log:
+        "results/logs/encode_queries/{backbone}.{variant}.{dataset}.log",
+    benchmark:
+        "results/benchmarks/encode_queries/{backbone}.{variant}.{dataset}.tsv"
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale encode-queries --model {input.model} --training-manifest {input.manifest} "
         "--name {wildcards.dataset} --dataset {params.dataset:q} --encoding {params.encoding:q} "
-        "--device {params.device} --threads {threads} --out {params.out} > {log} 2>&1"
+        "--max-length {params.max_length} --device {params.device} --threads {threads} "
+        "--out {output.queries} > {log} 2>&1"
 
 
 rule impact_index:
     input:
-        "results/encoded/{backbone}/{variant}/{dataset}/corpus",
+        "results/encoded/{backbone}/{variant}/corpora/{corpus}",
     output:
-        directory("results/indexes/{backbone}/{variant}/{dataset}"),
+        directory("results/indexes/{backbone}/{variant}/{corpus}"),
     threads: config["retrieval"]["threads"]
     log:
-        "results/logs/index/{backbone}.{variant}.{dataset}.log",
+        "results/logs/index/{backbone}.{variant}.{corpus}.log",
     benchmark:
-        "results/benchmarks/index/{backbone}.{variant}.{dataset}.tsv"
+        "results/benchmarks/index/{backbone}.{variant}.{corpus}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -46,15 +75,16 @@ rule impact_index:
 
 rule bm25_index:
     output:
-        directory("results/indexes/bm25/{dataset}"),
+        directory("results/indexes/bm25/{corpus}"),
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        corpus=lambda w: as_json(CORPORA[w.corpus]),
     threads: config["retrieval"]["threads"]
     log:
-        "results/logs/index/bm25.{dataset}.log",
+        "results/logs/index/bm25.{corpus}.log",
     benchmark:
-        "results/benchmarks/index/bm25.{dataset}.tsv"
+        "results/benchmarks/index/bm25.{corpus}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale bm25-index --name {wildcards.dataset} --dataset {params.dataset:q} --threads {threads} --out {output} > {log} 2>&1"
+        "splade-rescale bm25-index --name {wildcards.corpus} --corpus {params.corpus:q} --threads {threads} "
+        "--out {output} > {log} 2>&1"

@@ -1,7 +1,7 @@
 rule impact_retrieve:
     input:
-        index="results/indexes/{backbone}/{variant}/{dataset}",
-        queries="results/encoded/{backbone}/{variant}/{dataset}/queries.jsonl",
+        index=lambda w: f"results/indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}",
+        queries="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl",
     output:
         run="results/runs/{backbone}/{variant}/{dataset}.trec",
         stats="results/runs/{backbone}/{variant}/{dataset}.stats.json",
@@ -23,7 +23,7 @@ rule impact_retrieve:
 
 rule bm25_retrieve:
     input:
-        index="results/indexes/bm25/{dataset}",
+        index=lambda w: f"results/indexes/bm25/{CORPUS_OF[w.dataset]}",
     output:
         run="results/runs/bm25/{dataset}.trec",
         stats="results/runs/bm25/{dataset}.stats.json",

@@ -1,0 +1,89 @@
+"""Which datasets share a corpus, so that corpus work (encoding, impact and BM25 indexes) runs
+once per corpus rather than once per query set.
+
+MS MARCO dev, TREC DL 2019 and TREC DL 2020 are three query sets over one 8.8M-passage
+corpus; keyed by dataset, the paper run would encode and index it three times per model.
+Two datasets share a corpus when their documents come from the same place:
+
+* ``ir_datasets``: the same docs store (``ir_datasets.docs_parent_id``), so
+  ``msmarco-passage/dev/small`` and ``msmarco-passage/trec-dl-2019/judged`` both map to
+  ``msmarco-passage``;
+* ``beir_local`` / ``trec_local``: the same corpus file or folder;
+* a dataset with ``subset:`` has its own corpus: the subset's documents depend on its
+  queries and qrels.
+
+Corpus names are readable (``msmarco-passage``, ``beir-fiqa``, the local folder's name, or
+the dataset's name for a subset); names that would collide get a short hash of the spec.
+This module imports no torch, so the Snakefile can call it at planning time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+# Keys of a dataset spec that only concern its queries, qrels or evaluation, never its documents.
+_NOT_DOCUMENTS = ("metrics", "note", "exclude_self", "query_max_length")
+
+
+def docs_store(ds_id: str) -> str:
+    """The ir_datasets id that provides a dataset's documents (its docs parent)."""
+    import ir_datasets
+
+    try:
+        return ir_datasets.docs_parent_id(ds_id)
+    except KeyError as e:
+        raise ValueError(f"ir_datasets has no dataset {ds_id!r}; see https://ir-datasets.com") from e
+
+
+def corpus_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a dataset spec that determines its documents (a corpus job's parameters)."""
+    if spec.get("subset"):
+        return {k: v for k, v in spec.items() if k not in _NOT_DOCUMENTS}
+    source = spec["source"]
+    if source == "ir_datasets":
+        return {"source": source, "id": docs_store(spec["id"])}
+    if source == "beir_local":
+        return {"source": source, "path": os.path.normpath(spec["path"])}
+    if source == "trec_local":
+        return {"source": source, "corpus": os.path.normpath(spec["corpus"])}
+    raise ValueError(f"unknown dataset source {source!r}; use beir_local, trec_local or ir_datasets")
+
+
+def _base_name(dataset: str, spec: Mapping[str, Any]) -> str:
+    if spec.get("subset"):
+        return dataset
+    if spec["source"] == "ir_datasets":
+        name = spec["id"]
+    elif spec["source"] == "beir_local":
+        name = Path(spec["path"]).name
+    else:
+        path = Path(spec["corpus"])
+        stem = path.name.split(".")[0]
+        name = path.parent.name if stem == "corpus" else stem
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or dataset
+
+
+def _digest(spec: Mapping[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:6]
+
+
+def corpora(datasets: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """(dataset -> corpus name, corpus name -> corpus spec) for a config's ``datasets``."""
+    specs = {name: corpus_spec(spec) for name, spec in datasets.items()}
+    names: dict[str, set[str]] = {}  # base name -> distinct specs (as JSON) using it
+    for dataset, spec in specs.items():
+        base = _base_name(dataset, spec)
+        names.setdefault(base, set()).add(json.dumps(spec, sort_keys=True))
+    of_dataset: dict[str, str] = {}
+    by_name: dict[str, dict[str, Any]] = {}
+    for dataset, spec in specs.items():
+        base = _base_name(dataset, spec)
+        name = base if len(names[base]) == 1 else f"{base}-{_digest(spec)}"
+        of_dataset[dataset] = name
+        by_name[name] = spec
+    return of_dataset, by_name
