@@ -78,6 +78,15 @@ def _points(config: Mapping[str, Any], summaries: Mapping[str, Any], x_of) -> li
     return points
 
 
+class Mark(NamedTuple):
+    """A plotted model: data coordinates and who it is."""
+
+    x: float
+    y: float
+    backbone: str
+    variant: str
+
+
 def _layout(fig) -> None:
     """The figure's final layout (done once: point labels are placed in it, and saving keeps it)."""
     fig.tight_layout(rect=FOOTER_RECT)
@@ -115,15 +124,6 @@ def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel
                 fontsize=6, va="top", wrap=True)
     _layout(ax.figure)
     _label_points(ax, plotted)
-
-
-class Mark(NamedTuple):
-    """A plotted model: data coordinates and who it is."""
-
-    x: float
-    y: float
-    backbone: str
-    variant: str
 
 
 def _merge_coincident(marks: list[Mark], to_pt) -> list[tuple[list[int], str]]:
