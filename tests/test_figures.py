@@ -103,6 +103,11 @@ def test_point_labels_do_not_overlap_and_coincident_points_share_one(case, figur
     page = fig.bbox
     assert all(page.x0 <= b.x0 and b.x1 <= page.x1 and page.y0 <= b.y0 and b.y1 <= page.y1
                for b in boxes), "a label is cut off at the figure's edge"
+    ax = labels[0].axes
+    ticks = [t.get_window_extent(renderer) for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
+             if t.get_visible() and t.get_text() and ax.xaxis.get_view_interval()[0] <= t.get_position()[0]
+             <= ax.xaxis.get_view_interval()[1]]
+    assert ticks and not any(overlap_area(a, b) > 0 for a, b in combinations(ticks, 2)), "x tick labels collide"
     # one merged label for the coinciding pair, one label for every other plotted point
     texts = [t.get_text() for t in labels]
     assert [t for t in texts if " = " in t] == [merged]

@@ -24,6 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 from splade_rescale.atomic import atomic_file  # noqa: E402
@@ -113,6 +114,10 @@ def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel
         plotted.append(Mark(p["x"], 0.0 if p["y"] == COLLAPSED else p["y"], p["backbone"], p["variant"]))
     if any(p["x"] is not None and p["x"] > 0 for p in points):
         ax.set_xscale("log")
+        # plain numbers at 1, 2 and 5 x 10^k: matplotlib's default 2x10^1, 3x10^1, 4x10^1 ... collide
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if round(v / 10 ** math.floor(math.log10(v))) in (2, 5) else ""))
     ax.margins(0.1)  # room for the labels of the outermost points
     ax.set_xlabel(xlabel)
     ax.set_ylabel("mean primary metric over datasets")
