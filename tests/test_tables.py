@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytrec_eval
 
 from conftest import REPO
+from splade_rescale.evaluate import METRIC_SETS, evaluate_run
 from splade_rescale.figures import FIGURE_NAMES, write_figures
 from splade_rescale.norms import write_norms_table
 from splade_rescale.summary import summarize_backbone
@@ -57,8 +59,9 @@ def write(path: Path, obj) -> Path:
 
 
 def per_query_for(dataset: str, base: dict[str, float]) -> dict[str, dict[str, float]]:
-    names = {"trec-dl": ("nDCG@10", "R@1000"), "beir": ("nDCG@10", "R@100")}[CONFIG["datasets"][dataset]["metrics"]]
-    return {m: dict(base) for m in names}
+    """Every metric of the dataset's set; R@1000 a little above R@100, so that the two columns differ."""
+    names = METRIC_SETS[CONFIG["datasets"][dataset]["metrics"]]
+    return {m: {q: min(1.0, s + 0.05) for q, s in base.items()} if m == "R@1000" else dict(base) for m in names}
 
 
 @pytest.fixture
@@ -160,6 +163,24 @@ def test_tables_written_with_collapse_bm25_marks_and_provenance(fixture_results,
     assert "†" not in small_rescaled and "‡" not in small_rescaled  # identical to its baseline and to itself
     assert "mean (2)" in beir
 
+    recall = (out / "beir_recall.md").read_text()
+    header = next(line for line in recall.splitlines() if line.startswith("| backbone"))
+    assert [c.strip() for c in header.strip("|").split("|")] == [
+        "backbone", "variant", "scifact R@100", "scifact R@1000", "nfcorpus R@100", "nfcorpus R@1000",
+        "mean R@100 (2)", "mean R@1000 (2)"]
+    assert "R@100 (as in the BEIR paper) and R@1000" in recall
+    assert "collapsed" in md_row(recall, "big-head", "baseline")
+    assert "‡" in md_row(recall, "big-head", "rescaled")          # far better than the reference, per dataset
+    cells = [c.strip() for c in md_row(recall, "BM25", "–").strip("|").split("|")]
+    r100, r1000 = [sum(scores(3).values()) / len(QIDS) + d for d in (0.0, 0.05)]
+    assert cells[2:] == [f"{r100:.3f}", f"{r1000:.3f}"] * 3  # two datasets, then the two means
+    with open(out / "beir_recall.csv", newline="") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    small = next(r for r in rows if r["backbone"] == "small" and r["variant"] == "baseline")
+    assert float(small["mean R@1000 (2)"]) == pytest.approx(
+        (float(small["scifact R@1000"]) + float(small["nfcorpus R@1000"])) / 2)
+    assert "scifact R@100 marks" in small and "mean R@100 (2) marks" not in small
+
     with open(out / "in_domain.csv", newline="") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     collapsed_row = next(r for r in rows if r["backbone"] == "big-head" and r["variant"] == "baseline")
@@ -172,8 +193,44 @@ def test_tables_written_with_collapse_bm25_marks_and_provenance(fixture_results,
 
     training = (out / "training.md").read_text()
     assert "FIXTURE all-zero vectors" in md_row(training, "big-head", "baseline")
+    assert "not encoded, indexed or retrieved (SKIPPED.json)" in training and "still encoded" not in training
     head = (out / "head_norms.md").read_text()
     assert "17" in head and "1.062" in head  # 17 x 1/16
+
+
+def test_configs_without_in_domain_or_beir_sets_get_one_line_tables(fixture_results, tmp_path):
+    for kept, empty in (({"scifact", "nfcorpus"}, ("in_domain",)), ({"dl19-pool"}, ("beir", "beir_recall"))):
+        config = json.loads(json.dumps(CONFIG))
+        config["datasets"] = {d: s for d, s in CONFIG["datasets"].items() if d in kept}
+        out = tmp_path / "-".join(sorted(kept))
+        write_tables(config, fixture_results["summaries"], fixture_results["bm25"], fixture_results["norms_csv"],
+                     out)
+        for name in empty:
+            kind = "BEIR" if name.startswith("beir") else "in-domain (MS MARCO or TREC DL)"
+            md = (out / f"{name}.md").read_text()
+            body = [line.strip("| ").strip() for line in md.split("\n\n")[1].splitlines()]
+            assert len(body) == 3 and (body[0], body[2]) == ("note", f"no {kind} datasets in this config"), md
+            for ext in ("csv", "tex", "html"):
+                assert f"no {kind} datasets in this config" in (out / f"{name}.{ext}").read_text()
+        full = [t for t in table_names(config) if t not in empty and t in ("in_domain", "beir", "beir_recall")]
+        for name in full:
+            assert "| BM25" in (out / f"{name}.md").read_text(), name
+
+
+def test_beir_metric_set_recall_equals_trec_eval():
+    """R@100 and R@1000 of the ``beir`` set, on a run deep enough that the two differ, against trec_eval."""
+    rng = random.Random(0)
+    docs = [f"d{i}" for i in range(1500)]
+    qrels = {f"q{i}": {d: rng.choice([1, 2]) for d in rng.sample(docs, 30)} | {docs[0]: 0} for i in range(5)}
+    run = {q: [(d, float(-j)) for j, d in enumerate(rng.sample(docs, 1200))] for q in qrels}
+    ours = evaluate_run(qrels, run, "beir")["per_query"]
+    te = pytrec_eval.RelevanceEvaluator(qrels, {"recall.100", "recall.1000"}).evaluate(
+        {q: dict(hits) for q, hits in run.items()})
+    assert list(ours) == ["nDCG@10", "R@100", "R@1000"]
+    for q in qrels:
+        assert ours["R@100"][q] == pytest.approx(te[q]["recall_100"], abs=1e-9)
+        assert ours["R@1000"][q] == pytest.approx(te[q]["recall_1000"], abs=1e-9)
+        assert ours["R@1000"][q] > ours["R@100"][q]
 
 
 def test_factor_sweep_table_with_more_than_two_constant_factors(fixture_results, tmp_path):

@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 Qrels = Mapping[str, Mapping[str, int]]
 RunLike = Mapping[str, Sequence[tuple[str, float]]] | Mapping[str, Mapping[str, float]]
 
-# metrics key of a dataset -> {our name: ranx name}
+# metrics key of a dataset -> {our name: ranx name}. BEIR: the BEIR paper reports nDCG@10 and
+# R@100, Pyserini's BEIR pages add R@1000; all three count grade >= 1 as relevant.
 METRIC_SETS: dict[str, dict[str, str]] = {
     "msmarco": {"MRR@10": "mrr@10", "R@1000": "recall@1000"},
     "trec-dl": {"nDCG@10": "ndcg@10", "R@1000": "recall@1000-l2"},
-    "beir": {"nDCG@10": "ndcg@10", "R@100": "recall@100"},
+    "beir": {"nDCG@10": "ndcg@10", "R@100": "recall@100", "R@1000": "recall@1000"},
 }
 PRIMARY = {"msmarco": "MRR@10", "trec-dl": "nDCG@10", "beir": "nDCG@10"}
 

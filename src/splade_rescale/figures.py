@@ -4,19 +4,28 @@ Why these four: the head norm per backbone shows the cause; effectiveness agains
 shows the effect; the training curves show when and how collapse happens; effectiveness
 against FLOPS shows that rescaling is not bought with denser (slower) vectors. Collapsed runs
 are drawn as red crosses (at 0 effectiveness) so they are never silently missing.
+
+Point labels of the scatter figures are placed after the final layout so that no two overlap:
+points that coincide on screen (e.g. ``minilm/baseline`` and ``minilm-x16/rescaled``, which start
+from the same head values) share one label naming each of them; a label that cannot sit next to
+its point is moved away and joined to it by a thin line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import textwrap
+from itertools import product
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 from splade_rescale.atomic import atomic_file  # noqa: E402
 from splade_rescale.tables import COLLAPSED, primary_mean, provenance  # noqa: E402
@@ -24,6 +33,14 @@ from splade_rescale.tables import COLLAPSED, primary_mean, provenance  # noqa: E
 FIGURE_NAMES = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")
 FORMATS = ("png", "pdf")
 COLLAPSE_STYLE = {"marker": "x", "color": "red", "s": 60, "zorder": 5}
+FOOTER_RECT = (0, 0.04, 1, 1)  # the figure area left to the axes; the strip below holds the provenance line
+POINT_LABEL = "point-label"    # gid of the scatter figures' point labels
+LABEL_FONTSIZE = 6
+MERGE_PT = 4.0                 # points closer than this on the page (in pt) share one label
+MARKER_HALF_PT = 3.5          # half the width of a scatter marker (default size 36 pt^2)
+LABEL_RADII_PT = (4, 9, 15, 22, 30, 40, 52)          # candidate distances of a label from its point ...
+LABEL_ANGLES = (45, -45, 135, -135, 0, 180, 90, -90, 22.5, -22.5, 157.5, -157.5, 67.5, -67.5, 112.5, -112.5)
+LEADER_FROM_PT = 15            # ... labels this far or farther from their point get a leader line
 
 
 def _load(paths: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
@@ -62,9 +79,26 @@ def _points(config: Mapping[str, Any], summaries: Mapping[str, Any], x_of) -> li
     return points
 
 
-def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel: str) -> None:
-    """Models as coloured points per variant; collapsed ones as red crosses at 0; unplottable ones listed."""
-    unplotted = []
+class Mark(NamedTuple):
+    """A plotted model: data coordinates and who it is."""
+
+    x: float
+    y: float
+    backbone: str
+    variant: str
+
+
+def _layout(fig) -> None:
+    """The figure's final layout (done once: point labels are placed in it, and saving keeps it)."""
+    fig.tight_layout(rect=FOOTER_RECT)
+
+
+def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel: str, title: str) -> None:
+    """Models as coloured points per variant; collapsed ones as red crosses at 0; unplottable ones listed.
+
+    Lays the figure out and then labels the points (:func:`_label_points`).
+    """
+    unplotted, plotted = [], []
     labelled: set[str] = set()
     for p in points:
         if p["x"] is None or p["y"] is None:
@@ -77,17 +111,128 @@ def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel
             ax.scatter(p["x"], p["y"], color=colors[p["variant"]],
                        label=None if p["variant"] in labelled else p["variant"])
             labelled.add(p["variant"])
-        ax.annotate(p["backbone"], (p["x"], 0.0 if p["y"] == COLLAPSED else p["y"]), fontsize=6,
-                    xytext=(3, 3), textcoords="offset points")
+        plotted.append(Mark(p["x"], 0.0 if p["y"] == COLLAPSED else p["y"], p["backbone"], p["variant"]))
     if any(p["x"] is not None and p["x"] > 0 for p in points):
         ax.set_xscale("log")
+        # plain numbers at 1, 2 and 5 x 10^k: matplotlib's default 2x10^1, 3x10^1, 4x10^1 ... collide
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if round(v / 10 ** math.floor(math.log10(v))) in (2, 5) else ""))
+    ax.margins(0.1)  # room for the labels of the outermost points
     ax.set_xlabel(xlabel)
     ax.set_ylabel("mean primary metric over datasets")
-    if labelled:
-        ax.legend(fontsize=7)
+    ax.set_title(title)
+    if labelled:  # outside the axes: it can never hide a point or a label
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     if unplotted:
         ax.text(0.01, 0.99, "not plotted (no data): " + ", ".join(unplotted), transform=ax.transAxes,
                 fontsize=6, va="top", wrap=True)
+    _layout(ax.figure)
+    _label_points(ax, plotted)
+
+
+def _merge_coincident(marks: list[Mark], to_pt) -> list[tuple[list[int], str]]:
+    """(indices of the marks, label text) per group of marks closer than :data:`MERGE_PT` on the page.
+
+    A lone point is labelled with its backbone (the colour says the variant); a merged label names
+    backbone/variant of each point, since one marker hides the other's colour.
+    """
+    pts = [to_pt(m) for m in marks]
+    groups: list[list[int]] = []
+    for i in range(len(marks)):
+        near = [g for g in groups if any(math.dist(pts[i], pts[j]) < MERGE_PT for j in g)]
+        for g in near[1:]:
+            near[0].extend(g)
+            groups.remove(g)
+        if near:
+            near[0].append(i)
+        else:
+            groups.append([i])
+    out = []
+    for g in sorted(map(sorted, groups)):
+        text = marks[g[0]].backbone if len(g) == 1 else " = ".join(f"{marks[i].backbone}/{marks[i].variant}"
+                                                                    for i in g)
+        out.append((g, text))
+    return out
+
+
+def _overlap(a: Bbox, b: Bbox) -> float:
+    w = min(a.x1, b.x1) - max(a.x0, b.x0)
+    h = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def _inside(box: Bbox, frame: Bbox) -> bool:
+    return frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+
+
+def _distance(point, box: Bbox) -> float:
+    return math.hypot(max(box.x0 - point[0], 0, point[0] - box.x1), max(box.y0 - point[1], 0, point[1] - box.y1))
+
+
+def _crosses(p0, p1, box: Bbox, samples: int = 24) -> bool:
+    """Whether the segment p0-p1 passes through ``box`` (sampled; leader lines are short)."""
+    return any(box.contains(p0[0] + (p1[0] - p0[0]) * t / samples, p0[1] + (p1[1] - p0[1]) * t / samples)
+               for t in range(1, samples))
+
+
+def _label_points(ax, marks: list[Mark]) -> None:
+    """Label each point (or group of coinciding points) where its text overlaps no other label.
+
+    Greedy, in plot order: the nearest free spot among :data:`LABEL_RADII_PT` x :data:`LABEL_ANGLES`,
+    inside the axes, clear of placed labels and their leader lines, of other markers and of the axes'
+    other texts, and (without a leader line) nearer its own point than any other; if no spot is free,
+    the least bad one (overlapping a label costs most). Works in display pixels of the final layout.
+    """
+    if not marks:
+        return
+    fig = ax.figure
+    fig.canvas.draw()  # final limits and text metrics
+    renderer = fig.canvas.get_renderer()
+    px = fig.dpi / 72.0  # pixels per point
+    centres = [ax.transData.transform((m.x, m.y)) for m in marks]
+    half = MARKER_HALF_PT * px
+    markers = [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in centres]
+    others = [t.get_window_extent(renderer) for t in ax.texts if t.get_gid() != POINT_LABEL]
+    frame = ax.get_window_extent(renderer)
+    placed: list[Bbox] = []
+    leaders: list[tuple[Any, Any]] = []
+    for members, text in _merge_coincident(marks, lambda m: ax.transData.transform((m.x, m.y)) / px):
+        probe = fig.text(0, 0, text, fontsize=LABEL_FONTSIZE)
+        size = probe.get_window_extent(renderer)
+        probe.remove()
+        w, h = size.width + 3 * px, size.height + 3 * px  # 1.5 pt of clearance all round
+        origin = centres[members[0]]
+        foreign = [b for i, b in enumerate(markers) if i not in members] + others
+        best = None
+        for r, angle in product(LABEL_RADII_PT, LABEL_ANGLES):
+            ux, uy = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+            ha = "left" if ux > 0.3 else "right" if ux < -0.3 else "center"
+            va = "bottom" if uy > 0.3 else "top" if uy < -0.3 else "center"
+            anchor = (origin[0] + ux * r * px, origin[1] + uy * r * px)
+            left = anchor[0] - {"left": 0, "center": w / 2, "right": w}[ha]
+            bottom = anchor[1] - {"bottom": 0, "center": h / 2, "top": h}[va]
+            box = Bbox.from_bounds(left, bottom, w, h)
+            leader = (origin, anchor) if r >= LEADER_FROM_PT else None
+            ambiguous = not leader and any(_distance(c, box) <= _distance(origin, box) for i, c in
+                                           enumerate(centres) if i not in members)
+            cost = (100 * sum(_overlap(box, b) for b in placed) + sum(_overlap(box, b) for b in foreign)
+                    + 300 * ambiguous
+                    + (0.0 if _inside(box, frame) else w * h - _overlap(box, frame))
+                    + 500 * sum(_crosses(*line, box) for line in leaders)
+                    + (500 * sum(_crosses(*leader, b) for b in placed + foreign) if leader else 0))
+            if best is None or cost < best[0]:
+                best = (cost, r, ux, uy, ha, va, box, leader)
+            if cost == 0:
+                break
+        _, r, ux, uy, ha, va, box, leader = best
+        placed.append(box)
+        if leader:
+            leaders.append(leader)
+        ax.annotate(text, (marks[members[0]].x, marks[members[0]].y), xytext=(ux * r, uy * r),
+                    textcoords="offset points", fontsize=LABEL_FONTSIZE, ha=ha, va=va, gid=POINT_LABEL,
+                    arrowprops={"arrowstyle": "-", "color": "0.55", "lw": 0.5, "shrinkA": 0, "shrinkB": 1}
+                    if leader else None).set_in_layout(False)
 
 
 def head_norms_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
@@ -106,22 +251,23 @@ def head_norms_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
     ax.set_ylabel("decoder row L2 norm, mean (log)")
     ax.set_title("MLM-head norm at SPLADE initialisation")
     ax.legend(fontsize=8)
+    _layout(fig)
     return fig
 
 
 def effectiveness_vs_norm_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     _scatter(ax, _points(config, summaries, lambda var: _row_norm(var.get("norms"))),
-             _colors(list(config["variants"])), "decoder row L2 norm at initialisation, mean (log)")
-    ax.set_title("Effectiveness against MLM-head norm")
+             _colors(list(config["variants"])), "decoder row L2 norm at initialisation, mean (log)",
+             "Effectiveness against MLM-head norm")
     return fig
 
 
 def effectiveness_vs_flops_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     _scatter(ax, _points(config, summaries, lambda var: _mean_flops(var.get("datasets", {}))),
-             _colors(list(config["variants"])), "FLOPS per query-document pair, mean over datasets (log)")
-    ax.set_title("Effectiveness against FLOPS")
+             _colors(list(config["variants"])), "FLOPS per query-document pair, mean over datasets (log)",
+             "Effectiveness against FLOPS")
     return fig
 
 
@@ -163,11 +309,20 @@ def training_curves_figure(config: Mapping[str, Any], summaries: Mapping[str, An
                 ax.set_title(b, fontsize=9, loc="left")
                 if ax.get_lines():
                     ax.legend(fontsize=7)
+    _layout(fig)
     return fig
 
 
 BUILDERS = {"head_norms": head_norms_figure, "effectiveness_vs_norm": effectiveness_vs_norm_figure,
             "training_curves": training_curves_figure, "effectiveness_vs_flops": effectiveness_vs_flops_figure}
+
+
+def render_figure(name: str, config: Mapping[str, Any], summaries: Mapping[str, Any], footer: str):
+    """One figure as it is saved: laid out by its builder, the provenance line in the strip below."""
+    fig = BUILDERS[name](config, summaries)
+    width = int(fig.get_figwidth() * 24)  # characters of 5-pt text that fit across the figure
+    fig.text(0.005, 0.002, "\n".join(textwrap.wrap(footer, width)), fontsize=5, color="0.4", va="bottom")
+    return fig
 
 
 def write_figures(config: Mapping[str, Any], summaries: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
@@ -177,10 +332,7 @@ def write_figures(config: Mapping[str, Any], summaries: Iterable[str | Path], ou
     out = Path(out_dir)
     written = []
     for name in FIGURE_NAMES:
-        fig = BUILDERS[name](config, data)
-        width = int(fig.get_figwidth() * 24)  # characters of 5-pt text that fit across the figure
-        fig.text(0.005, 0.002, "\n".join(textwrap.wrap(footer, width)), fontsize=5, color="0.4", va="bottom")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+        fig = render_figure(name, config, data, footer)
         for ext in FORMATS:
             path = out / f"{name}.{ext}"
             # no creation date: the same inputs give the same PDF bytes

@@ -28,7 +28,7 @@ from splade_rescale.atomic import write_text
 from splade_rescale.config import parse_factor
 from splade_rescale.evaluate import METRIC_SETS, PRIMARY, compare_systems, correct_pvalues
 
-BASE_TABLES = ("head_norms", "in_domain", "beir", "efficiency", "training")
+BASE_TABLES = ("head_norms", "in_domain", "beir", "beir_recall", "efficiency", "training")
 SWEEP_TABLE = "factor_sweep"
 FORMATS = ("md", "csv", "tex", "html")
 IN_DOMAIN_SETS = ("msmarco", "trec-dl")
@@ -277,15 +277,15 @@ def label_columns() -> list[Column]:
 
 
 def effectiveness_table(name: str, caption: str, results: Results, columns: list[tuple[str, str]],
-                        mean_of: list[tuple[str, str]] | None = None) -> Table:
-    """Rows = systems; one column per (dataset, metric), optionally a mean over ``mean_of`` columns."""
+                        means: Mapping[str, list[tuple[str, str]]] | None = None) -> Table:
+    """Rows = systems; one column per (dataset, metric), then one mean column per ``means`` entry
+    ({label: the (dataset, metric) columns it averages}; not tested for significance)."""
     table = Table(name, caption, label_columns() + [Column(f"{d} {m}", fmt_metric) for d, m in columns])
-    if mean_of is not None:
-        table.columns.append(Column(f"mean ({len(mean_of)})", fmt_metric))
+    table.columns += [Column(label, fmt_metric) for label in means or {}]
     for system in results.systems:
         row: list[Any] = list(system)
         row += [cell_value(results.entry(system, d), m) for d, m in columns]
-        if mean_of is not None:
+        for mean_of in (means or {}).values():
             values = [cell_value(results.entry(system, d), m) for d, m in mean_of]
             row.append(COLLAPSED if COLLAPSED in values else
                        None if None in values or not values else sum(values) / len(values))
@@ -295,8 +295,16 @@ def effectiveness_table(name: str, caption: str, results: Results, columns: list
     return table
 
 
+def no_datasets_table(name: str, kind: str) -> Table:
+    """A one-line table for a config without datasets of a kind: the file exists and says why it is empty."""
+    text = f"no {kind} datasets in this config"
+    return Table(name, f"{text[0].upper()}{text[1:]}.", [Column("note")], [[text]])
+
+
 def in_domain_table(results: Results) -> Table:
     datasets = results.datasets(IN_DOMAIN_SETS)
+    if not datasets:
+        return no_datasets_table("in_domain", "in-domain (MS MARCO or TREC DL)")
     columns = [(d, m) for d in datasets for m in METRIC_SETS[dataset_metric_set(results.config, d)]]
     caption = ("In-domain effectiveness (MS MARCO dev: MRR@10, R@1000; TREC DL: nDCG@10, R@1000 with "
                "grade >= 2 relevant). " + significance_note(results) + " "
@@ -306,12 +314,32 @@ def in_domain_table(results: Results) -> Table:
 
 def beir_table(results: Results) -> Table:
     datasets = results.datasets(["beir"])
+    if not datasets:
+        return no_datasets_table("beir", "BEIR")
     columns = [(d, PRIMARY["beir"]) for d in datasets]
     caption = (f"BEIR nDCG@10 per dataset and its mean over the {len(datasets)} BEIR datasets of this config "
                "(the paper: 13; a mean over another set is not comparable to it). Marks are per dataset, "
                "none on the mean. " + significance_note(results) + " "
                + notes_sentence(results.notes(datasets)) + missing_queries_sentence(results, datasets))
-    return effectiveness_table("beir", caption, results, columns, mean_of=columns)
+    return effectiveness_table("beir", caption, results, columns, means={f"mean ({len(datasets)})": columns})
+
+
+BEIR_RECALLS = ("R@100", "R@1000")
+
+
+def beir_recall_table(results: Results) -> Table:
+    """R@100 (the BEIR paper) and R@1000 (Pyserini's BEIR pages) next to the nDCG@10 table."""
+    datasets = results.datasets(["beir"])
+    if not datasets:
+        return no_datasets_table("beir_recall", "BEIR")
+    columns = [(d, m) for d in datasets for m in BEIR_RECALLS]
+    caption = (f"BEIR recall per dataset, R@100 (as in the BEIR paper) and R@1000 (as on Pyserini's BEIR "
+               f"pages), grade >= 1 relevant, and each one's mean over the {len(datasets)} BEIR datasets of this "
+               "config (the paper: 13; a mean over another set is not comparable to it). Marks are per dataset, "
+               "none on the means. " + significance_note(results) + " "
+               + notes_sentence(results.notes(datasets)) + missing_queries_sentence(results, datasets))
+    means = {f"mean {m} ({len(datasets)})": [(d, m) for d in datasets] for m in BEIR_RECALLS}
+    return effectiveness_table("beir_recall", caption, results, columns, means=means)
 
 
 EFFICIENCY_COLUMNS = [
@@ -351,10 +379,13 @@ def training_table(results: Results) -> Table:
     columns = label_columns() + [Column("recipe"), Column("status"), Column("steps")]
     columns += [Column(label) for _, label in TRAINING_LOG_COLUMNS]
     columns += [Column("collapse step"), Column("reason")]
-    caption = ("SPLADE training outcome per backbone and variant: status (collapsed = stopped by the collapse "
-               "detector; its last state was still encoded), steps done / planned, and the last logged "
-               "training-batch statistics (loss, mean non-zeros and FLOPS of queries and documents, "
-               "largest term weight). BM25 is not trained.")
+    caption = ("SPLADE training outcome per backbone and variant: status, steps done / planned, the last logged "
+               "training-batch statistics (loss, mean non-zeros and FLOPS of queries and documents, largest "
+               "term weight), and for a collapsed run the step and reason. Collapsed: a non-finite loss or "
+               "gradient (training stops at once), or all-zero or near-dense representations (judged only "
+               "after the FLOPS warm-up, from end-of-training statistics). A collapsed run's model is still "
+               "written, but it is not encoded, indexed or retrieved (SKIPPED.json): the other tables show "
+               "'collapsed' instead of numbers. BM25 is not trained.")
     table = Table("training", caption, columns)
     for system in results.models:
         training = results.variant(system).get("training") or {}
@@ -507,6 +538,7 @@ def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
         "head_norms": lambda: head_norms_table(results, Path(norms_csv)),
         "in_domain": lambda: in_domain_table(results),
         "beir": lambda: beir_table(results),
+        "beir_recall": lambda: beir_recall_table(results),
         "efficiency": lambda: efficiency_table(results),
         "training": lambda: training_table(results),
         SWEEP_TABLE: lambda: factor_sweep_table(results),
