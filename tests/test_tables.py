@@ -272,3 +272,21 @@ def test_every_report_output_has_a_caption_file():
     missing = [n for n in [f"tables_{t}" for t in table_names(config)] + [f"figures_{f}" for f in FIGURE_NAMES]
                if not (report / f"{n}.rst").is_file()]
     assert not missing and (report / "workflow.rst").is_file(), missing
+
+
+def test_a_corpus_too_dense_to_index_shows_its_status_not_collapsed(fixture_results, tmp_path):
+    """A model whose corpus was estimated over encoding.index_budget_gb is shown as 'too dense'."""
+    res = fixture_results["res"]
+    write(res / "metrics/small/baseline/scifact.json",
+          {"status": "too dense", "reason": "too dense to index (estimated 900.0 GB ...)", "metrics": None,
+           "per_query": None, "backbone": "small", "variant": "baseline", "dataset": "scifact"})
+    files = [p for p in sorted(res.rglob("*")) if p.is_file() and "/small" in str(p).replace(str(res), "")
+             and p.suffix in (".json", ".csv") and "summary" not in str(p)]
+    summarize_backbone("small", files, res / "summary/small.json")
+    out = tmp_path / "tables"
+    write_tables(CONFIG, fixture_results["summaries"], fixture_results["bm25"], fixture_results["norms_csv"], out)
+    beir = md_row((out / "beir.md").read_text(), "small", "baseline")
+    assert beir.count("too dense") == 2 and "collapsed" not in beir  # the dataset cell and the mean
+    efficiency = (out / "efficiency.md").read_text()
+    assert any(line.replace(" ", "").startswith("|scifact|small|baseline|") and "too dense" in line
+               for line in efficiency.splitlines())

@@ -28,7 +28,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 from splade_rescale.atomic import atomic_file  # noqa: E402
-from splade_rescale.tables import COLLAPSED, primary_mean, provenance  # noqa: E402
+from splade_rescale.tables import primary_mean, provenance  # noqa: E402
 
 FIGURE_NAMES = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")
 FORMATS = ("png", "pdf")
@@ -102,16 +102,16 @@ def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel
     labelled: set[str] = set()
     for p in points:
         if p["x"] is None or p["y"] is None:
-            unplotted.append(f"{p['backbone']}/{p['variant']}" + (" (collapsed)" if p["y"] == COLLAPSED else ""))
+            unplotted.append(f"{p['backbone']}/{p['variant']}" + (f" ({p['y']})" if isinstance(p["y"], str) else ""))
             continue
-        if p["y"] == COLLAPSED:
-            ax.scatter(p["x"], 0.0, label=None if "collapsed" in labelled else "collapsed", **COLLAPSE_STYLE)
-            labelled.add("collapsed")
+        if isinstance(p["y"], str):  # no scores: collapsed or too dense to index
+            ax.scatter(p["x"], 0.0, label=None if p["y"] in labelled else p["y"], **COLLAPSE_STYLE)
+            labelled.add(p["y"])
         else:
             ax.scatter(p["x"], p["y"], color=colors[p["variant"]],
                        label=None if p["variant"] in labelled else p["variant"])
             labelled.add(p["variant"])
-        plotted.append(Mark(p["x"], 0.0 if p["y"] == COLLAPSED else p["y"], p["backbone"], p["variant"]))
+        plotted.append(Mark(p["x"], 0.0 if isinstance(p["y"], str) else p["y"], p["backbone"], p["variant"]))
     if any(p["x"] is not None and p["x"] > 0 for p in points):
         ax.set_xscale("log")
         # plain numbers at 1, 2 and 5 x 10^k: matplotlib's default 2x10^1, 3x10^1, 4x10^1 ... collide

@@ -69,30 +69,35 @@ def dataset_metric_set(config: Mapping[str, Any], dataset: str) -> str:
 def primary_mean(config: Mapping[str, Any], datasets: Mapping[str, Mapping[str, Any]]) -> float | str | None:
     """Mean of each dataset's primary metric over the config's datasets (None if any is missing).
 
-    ``datasets``: {dataset: metrics entry}; any collapsed entry makes the mean ``collapsed``.
+    ``datasets``: {dataset: metrics entry}; an entry without scores makes the mean its status
+    (``collapsed``, ``too dense``).
     """
     values = []
     for name in config["datasets"]:
         entry = datasets.get(name)
         value = cell_value(entry, PRIMARY[dataset_metric_set(config, name)])
-        if value == COLLAPSED:
-            return COLLAPSED
+        if isinstance(value, str):
+            return value
         if value is None:
             return None
         values.append(value)
     return sum(values) / len(values) if values else None
 
 
-def is_collapsed(entry: Mapping[str, Any] | None) -> bool:
-    """A metrics entry of a model whose training collapsed (it has no scores)."""
-    return entry is not None and (entry.get("status", "ok") != "ok" or entry.get("metrics") is None)
+def unscored(entry: Mapping[str, Any] | None) -> str | None:
+    """Why a metrics entry has no scores: ``collapsed`` (training) or ``too dense`` (the corpus
+    was estimated over the encoding budget and not indexed); None when it has scores."""
+    if entry is None or (entry.get("status", "ok") == "ok" and entry.get("metrics") is not None):
+        return None
+    status = entry.get("status", "ok")
+    return COLLAPSED if status in ("ok", COLLAPSED) else status
 
 
 def cell_value(entry: Mapping[str, Any] | None, metric: str) -> float | str | None:
-    """One metric of a metrics entry: a number, ``collapsed`` or None (not evaluated)."""
+    """One metric of a metrics entry: a number, a status word (:func:`unscored`) or None (not evaluated)."""
     if entry is None:
         return None
-    return COLLAPSED if is_collapsed(entry) else entry["metrics"].get(metric)
+    return unscored(entry) or entry["metrics"].get(metric)
 
 
 # ---------------------------------------------------------------------------- provenance
@@ -221,7 +226,7 @@ def mark_column(table: Table, col: int, results: Results, dataset: str, metric: 
     per_query = {}
     for system in results.models:
         entry = results.entry(system, dataset)
-        if cell_value(entry, metric) not in (None, COLLAPSED) and entry.get("per_query"):
+        if isinstance(cell_value(entry, metric), float) and entry.get("per_query"):
             per_query[system] = entry["per_query"][metric]
     comparisons: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for system in per_query:
@@ -287,7 +292,8 @@ def effectiveness_table(name: str, caption: str, results: Results, columns: list
         row += [cell_value(results.entry(system, d), m) for d, m in columns]
         for mean_of in (means or {}).values():
             values = [cell_value(results.entry(system, d), m) for d, m in mean_of]
-            row.append(COLLAPSED if COLLAPSED in values else
+            words = [v for v in values if isinstance(v, str)]
+            row.append(words[0] if words else
                        None if None in values or not values else sum(values) / len(values))
         table.rows.append(row)
     for c, (d, m) in enumerate(columns, start=2):
@@ -356,14 +362,15 @@ def efficiency_table(results: Results) -> Table:
     caption = ("Sparsity and efficiency per dataset: mean non-zero terms per query and per document, FLOPS "
                "(expected multiplications per query-document pair, sum over terms of p_q(t) p_d(t)), "
                "index size on disk and queries per second of the retrieval run (threads as configured). "
-               "Collapsed runs show 'collapsed'. " + notes_sentence(results.notes(results.config["datasets"])))
+               "Collapsed runs show 'collapsed'; a corpus estimated over encoding.index_budget_gb shows 'too dense' "
+               "(not indexed). " + notes_sentence(results.notes(results.config["datasets"])))
     table = Table("efficiency", caption, columns)
     for d in results.config["datasets"]:
         for system in results.systems:
             entry = results.entry(system, d)
             row: list[Any] = [d, *system]
-            if is_collapsed(entry):
-                row += [COLLAPSED] * len(EFFICIENCY_COLUMNS)
+            if word := unscored(entry):
+                row += [word] * len(EFFICIENCY_COLUMNS)
             else:
                 eff = (entry or {}).get("efficiency") or {}
                 row += [eff.get(key) for key, _, _ in EFFICIENCY_COLUMNS]
