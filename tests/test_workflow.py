@@ -26,17 +26,22 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def test_paper_dry_run_shows_the_whole_experiment():
-    """Corpus work is planned once per corpus: MS MARCO dev, DL19 and DL20 share one corpus."""
+    """Corpus work is planned once per corpus: MS MARCO dev, DL19 and DL20 share one corpus.
+
+    The SPLADE++ ED reference model is fetched and goes through the same chain, untrained.
+    """
     proc = snakemake("all", "-n", "--cores", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
-    backbones, variants, datasets, corpora = 9, 2, 16, 14
-    models = backbones * variants
+    backbones, variants, references, datasets, corpora = 9, 2, 1, 16, 14
+    trained = backbones * variants
+    models = trained + references
     assert counts["fetch_backbone"] == backbones
+    assert counts["fetch_reference_model"] == references
     assert counts["norms_backbone"] == backbones
-    assert counts["rescale_head"] == models
-    assert counts["norms_variant"] == models
-    assert counts["train"] == models
+    assert counts["rescale_head"] == trained
+    assert counts["norms_variant"] == trained
+    assert counts["train"] == trained  # no training for the reference model
     for rule in ("encode_corpus", "impact_index"):
         assert counts[rule] == models * corpora, rule
     for rule in ("encode_queries", "impact_retrieve", "evaluate"):
@@ -47,6 +52,8 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert counts["tables"] == 1
     msmarco = re.findall(r"results/indexes/bert-base-uncased/baseline/msmarco-passage\b", proc.stdout)
     assert msmarco and "results/indexes/bert-base-uncased/baseline/dl19" not in proc.stdout
+    assert "results/metrics/splade-pp-ed/reference/arguana.json" in proc.stdout
+    assert "results/models/splade-pp-ed/reference/init" not in proc.stdout
 
 
 def test_corpus_names_follow_the_documents_not_the_query_sets():

@@ -44,6 +44,17 @@ def fetch_backbone_cmd(args: argparse.Namespace) -> None:
     fetch_backbone(args.name, args.spec, args.out)
 
 
+@command("fetch-reference", lambda p: (
+    p.add_argument("--name", required=True),
+    p.add_argument("--spec", type=json_arg, required=True, help="the reference model's config entry, as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="results/models/{name}/reference"),
+))
+def fetch_reference_cmd(args: argparse.Namespace) -> None:
+    """A published SPLADE checkpoint in place of a trained model (calibration rows)."""
+    from splade_rescale.reference import fetch_reference_model
+    fetch_reference_model(args.name, args.spec, args.out)
+
+
 @command("measure-norms", lambda p: (
     p.add_argument("--model", required=True, type=Path),
     p.add_argument("--probe", type=json_arg, required=True, help="the config's probe section, as JSON"),
@@ -343,12 +354,13 @@ def report_args(p: argparse.ArgumentParser) -> None:
 @command("tables", lambda p: (
     report_args(p),
     p.add_argument("--bm25", nargs="*", default=[], type=Path),
+    p.add_argument("--references", nargs="*", default=[], type=Path, help="reference models' metrics JSON"),
     p.add_argument("--norms-csv", required=True, type=Path),
 ))
 def tables_cmd(args: argparse.Namespace) -> None:
     """The paper's tables (Markdown, CSV, LaTeX, HTML) with significance marks and provenance."""
     from splade_rescale.tables import run_tables
-    run_tables(args.config, args.summaries, args.bm25, args.norms_csv, args.out_dir)
+    run_tables(args.config, args.summaries, args.bm25, args.norms_csv, args.out_dir, args.references)
 
 
 @command("figures", report_args)

@@ -92,6 +92,19 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
         elif variant["reference"] not in backbones:
             raise ConfigError(f"variants.{name}.reference = {variant['reference']!r} is not a backbone; "
                               f"expected one of: {', '.join(backbones)}")
+    references = config.get("reference_models") or {}
+    for name in references:
+        if name in backbones or name == "bm25":
+            raise ConfigError(f"reference_models.{name}: the name is taken by a backbone (or BM25); rename it")
+    if "reference" in variants:
+        raise ConfigError("variants.reference: the name 'reference' is reserved for reference_models; rename it")
+    published = {f"reference_models.{n}": (s.get("published") or {}) for n, s in references.items()}
+    published["bm25"] = (config.get("bm25") or {}).get("published") or {}
+    for where, figures in published.items():
+        for dataset in figures:
+            if dataset != "source" and dataset not in config["datasets"]:
+                raise ConfigError(f"{where}.published.{dataset}: not a dataset of this config; "
+                                  f"remove it or add the dataset (datasets: {', '.join(config['datasets'])})")
     recipes = config.get("recipes", {})
     recipe = config["training"]["recipe"]
     if recipes and recipe not in recipes:

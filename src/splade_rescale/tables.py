@@ -30,6 +30,8 @@ from splade_rescale.evaluate import METRIC_SETS, PRIMARY, compare_systems, corre
 
 BASE_TABLES = ("head_norms", "in_domain", "beir", "beir_recall", "efficiency", "training")
 SWEEP_TABLE = "factor_sweep"
+CALIBRATION_TABLE = "calibration"
+CALIBRATION_TOLERANCE = 0.005  # |ours - published| above this on a full collection: the chain differs
 FORMATS = ("md", "csv", "tex", "html")
 IN_DOMAIN_SETS = ("msmarco", "trec-dl")
 VERSIONED_PACKAGES = ("torch", "transformers", "pyserini", "ranx", "snakemake")
@@ -50,8 +52,18 @@ def constant_variants(config: Mapping[str, Any]) -> dict[str, float]:
 
 
 def table_names(config: Mapping[str, Any]) -> list[str]:
-    """Tables this config produces: the factor sweep only with more than two constant factors."""
-    return list(BASE_TABLES) + ([SWEEP_TABLE] if len(constant_variants(config)) > 2 else [])
+    """Tables this config produces: the factor sweep only with more than two constant factors,
+    calibration only with reference models or published BM25 figures."""
+    return (list(BASE_TABLES) + ([SWEEP_TABLE] if len(constant_variants(config)) > 2 else [])
+            + ([CALIBRATION_TABLE] if calibration_sources(config) else []))
+
+
+def calibration_sources(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """System name -> its ``published`` map: every reference model, and BM25 if it has one."""
+    out = {name: spec.get("published") or {} for name, spec in (config.get("reference_models") or {}).items()}
+    if (config.get("bm25") or {}).get("published"):
+        out[BM25[0]] = config["bm25"]["published"]
+    return out
 
 
 def baseline_variant(config: Mapping[str, Any]) -> str:
@@ -538,8 +550,45 @@ def render_html(table: Table, footer: str) -> str:
 RENDERERS = {"md": render_md, "csv": render_csv, "tex": render_tex, "html": render_html}
 
 
+def fmt_score(value: Any) -> str:
+    return f"{value:.4f}"
+
+
+def fmt_difference(value: Any) -> str:
+    return f"{value:+.4f}"
+
+
+def calibration_table(results: Results, references: Iterable[str | Path]) -> Table:
+    """Reference models and BM25 through our chain next to their published figures.
+
+    One row per system and dataset: our primary metric, the published figure and the
+    difference. ``references``: the reference models' metrics JSON files.
+    """
+    ours: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in references:
+        entry = json.loads(Path(path).read_text(encoding="utf-8"))
+        ours[entry["backbone"], entry["dataset"]] = entry
+    columns = [Column("model"), Column("dataset"), Column("metric"), Column("ours", fmt_score),
+               Column("published", fmt_score), Column("difference", fmt_difference), Column("source")]
+    caption = (f"Calibration: published checkpoints (reference_models) and BM25 through this pipeline's encode, "
+               f"impact index, retrieval and evaluation, next to their published figures. On a full collection a "
+               f"difference beyond {CALIBRATION_TOLERANCE} means our chain differs from the published one (README, "
+               "'Calibration rows'); on a subset or pool the difference says nothing. "
+               + notes_sentence(results.notes(results.config["datasets"])))
+    table = Table(CALIBRATION_TABLE, caption, columns)
+    for system, published in calibration_sources(results.config).items():
+        for d in results.config["datasets"]:
+            metric = PRIMARY[dataset_metric_set(results.config, d)]
+            entry = results.bm25.get(d) if system == BM25[0] else ours.get((system, d))
+            value, figure = cell_value(entry, metric), published.get(d)
+            difference = value - figure if isinstance(value, float) and figure is not None else None
+            table.rows.append([system, d, metric, value, figure, difference,
+                               published.get("source") if figure is not None else None])
+    return table
+
+
 def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
-                 norms_csv: str | Path) -> list[Table]:
+                 norms_csv: str | Path, references: Iterable[str | Path] = ()) -> list[Table]:
     results = Results(config, summaries, bm25)
     builders: dict[str, Callable[[], Table]] = {
         "head_norms": lambda: head_norms_table(results, Path(norms_csv)),
@@ -549,16 +598,17 @@ def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
         "efficiency": lambda: efficiency_table(results),
         "training": lambda: training_table(results),
         SWEEP_TABLE: lambda: factor_sweep_table(results),
+        CALIBRATION_TABLE: lambda: calibration_table(results, references),
     }
     return [builders[name]() for name in table_names(config)]
 
 
 def write_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
-                 norms_csv: str | Path, out_dir: str | Path) -> list[Path]:
+                 norms_csv: str | Path, out_dir: str | Path, references: Iterable[str | Path] = ()) -> list[Path]:
     """Write every table of :func:`table_names` in all :data:`FORMATS` to ``out_dir``."""
     footer = provenance(config)
     written = []
-    for table in build_tables(config, summaries, bm25, norms_csv):
+    for table in build_tables(config, summaries, bm25, norms_csv, references):
         for ext in FORMATS:
             path = Path(out_dir) / f"{table.name}.{ext}"
             write_text(path, RENDERERS[ext](table, footer))
@@ -566,6 +616,7 @@ def write_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
     return written
 
 
-def run_tables(config: dict, summaries: list[Path], bm25: list[Path], norms_csv: Path, out_dir: Path) -> list[Path]:
+def run_tables(config: dict, summaries: list[Path], bm25: list[Path], norms_csv: Path, out_dir: Path,
+               references: list[Path] = ()) -> list[Path]:
     """CLI stage ``splade-rescale tables``."""
-    return write_tables(config, summaries, bm25, norms_csv, out_dir)
+    return write_tables(config, summaries, bm25, norms_csv, out_dir, references)

@@ -1,6 +1,7 @@
 # Shared by all rules: config validation (before any job runs), wildcard constraints,
 # and the functions that turn the config into file lists.
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -40,6 +41,7 @@ for _section in ("backbones", "variants", "datasets"):
     config[_section] = ConfigSection(_section, config[_section])
 
 BACKBONES = list(config["backbones"])
+REFERENCE_MODELS = list(config["reference_models"])  # published checkpoints: no norms, rescaling, training
 VARIANTS = list(config["variants"])
 DATASETS = list(config["datasets"])
 REFERENCE = config["reference_backbone"]
@@ -52,6 +54,7 @@ CORPORA = ConfigSection("corpus names", CORPORA)
 
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
+    ref="|".join(map(re.escape, REFERENCE_MODELS)) or "(?!)",
     variant="[A-Za-z0-9_.-]+",
     dataset="[A-Za-z0-9_.-]+",
     corpus="[A-Za-z0-9_.-]+",
@@ -62,17 +65,24 @@ def as_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
-def corpus_encoding():
+def model_encoding(backbone):
+    """The encoding section, with a reference model's own lengths over it."""
+    own = config["reference_models"].get(backbone, {}).get("encoding", {})
+    return {**config["encoding"], **own}
+
+
+def corpus_encoding(backbone):
     """The encoding settings a corpus encode depends on (a query-only change reruns no corpus)."""
     keys = ("head", "precision", "doc_max_length", "batch_size", "quantization", "shard_size", "index_budget_gb",
             "max_active_dims")
-    return {k: config["encoding"][k] for k in keys}
+    return {k: model_encoding(backbone)[k] for k in keys}
 
 
-def query_encoding(dataset):
+def query_encoding(backbone, dataset):
+    encoding = model_encoding(backbone)
     keys = ("head", "precision", "batch_size", "quantization")
-    return {**{k: config["encoding"][k] for k in keys},
-            "query_max_length": query_max_length(config["encoding"], config["datasets"][dataset])}
+    return {**{k: encoding[k] for k in keys},
+            "query_max_length": query_max_length(encoding, config["datasets"][dataset])}
 
 
 def torch_device():
@@ -116,10 +126,15 @@ def backbone_targets(backbone):
     )
 
 
+def reference_metrics():
+    return [f"results/metrics/{r}/reference/{d}.json" for r in REFERENCE_MODELS for d in DATASETS]
+
+
 def all_targets():
     return (
         ["results/tables/norms.md"]
         + [f"results/summary/{b}.json" for b in BACKBONES]
+        + reference_metrics()
         + [f"results/metrics/bm25/{d}.json" for d in DATASETS]
         + TABLE_TARGETS
     )

@@ -11,7 +11,7 @@ rule encode_corpus:
         stats="results/encoded/{backbone}/{variant}/corpora/{corpus}.stats.json",
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
-        encoding=as_json(corpus_encoding()),
+        encoding=lambda w: as_json(corpus_encoding(w.backbone)),
         device=torch_device(),
     threads: 2
     resources:
@@ -38,8 +38,8 @@ rule encode_queries:
         stats="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
-        encoding=lambda w: as_json(query_encoding(w.dataset)),
-        max_length=lambda w: query_encoding(w.dataset)["query_max_length"],
+        encoding=lambda w: as_json(query_encoding(w.backbone, w.dataset)),
+        max_length=lambda w: query_encoding(w.backbone, w.dataset)["query_max_length"],
         device=torch_device(),
     threads: 2
     resources:

@@ -33,6 +33,7 @@ rule tables:
     input:
         summaries=expand("results/summary/{backbone}.json", backbone=BACKBONES),
         bm25=expand("results/metrics/bm25/{dataset}.json", dataset=DATASETS),
+        references=reference_metrics(),
         norms="results/tables/norms.csv",
     output:
         # HTML tables go into `snakemake --report`, with workflow/report/tables_{name}.rst as caption
@@ -53,7 +54,8 @@ rule tables:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale tables --config {params.config:q} --summaries {input.summaries} "
-        "--bm25 {input.bm25} --norms-csv {input.norms} --out-dir {params.out_dir} > {log} 2>&1"
+        "--bm25 {input.bm25} --references {input.references} --norms-csv {input.norms} "
+        "--out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule figures:

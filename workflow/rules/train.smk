@@ -20,6 +20,8 @@ rule mine_negatives:
 
 
 rule train:
+    wildcard_constraints:
+        variant="|".join(map(re.escape, VARIANTS)),  # results/models/{name}/reference/ is a reference model
     input:
         init="results/models/{backbone}/{variant}/init",
         examples="results/training/examples.jsonl" if MINED else [],
