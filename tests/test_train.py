@@ -23,12 +23,13 @@ from splade_rescale.recipes import TrainingConfigError, resolve_recipe
 from splade_rescale.train import LOG_COLUMNS, run_training
 from splade_rescale.training_data import TrainingDataError, example_stream
 from conftest import TRIPLES
+from test_backbones_norms import stored_dtypes
 
 TINY = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 2,
         "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 2, "query_max_length": 16,
         "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 4,
         "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 2,
-        "seed": 0, "collapse_patience": 2, "chunk_size": 4096, "shuffle_buffer": 16}
+        "seed": 0, "chunk_size": 4096, "shuffle_buffer": 16}
 
 
 def _recipe(**changes: Any) -> dict[str, Any]:
@@ -103,10 +104,56 @@ def test_broken_run_is_recorded_as_collapsed(tmp_path: Path, breakage: str, reas
             model.bert.embeddings.LayerNorm.weight[0] = float("nan")
         model.save_pretrained(init)
     paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(), data_spec=TRIPLES, device="cpu", **paths)
+    manifest = run_training(init, recipe=_recipe(steps=3, flops_warmup_steps=2), data_spec=TRIPLES, device="cpu",
+                            **paths)
     assert manifest["status"] == "collapsed" and reason in manifest["reason"]
-    assert manifest["collapse_step"] == (1 if breakage == "nan" else 2)  # collapse_patience = 2
+    # Non-finite stops at once; sparsity is judged after all steps, dating the collapse to when
+    # the vectors became (and stayed) all-zero / near-dense: here from the start.
+    assert (manifest["steps_done"], manifest["collapse_step"]) == ((1, 1) if breakage == "nan" else (3, 1))
     assert (paths["final_dir"] / "model.safetensors").exists()  # the last state is still written
+
+
+# Steep enough to change the tiny head's sparsity within a few steps.
+FAST = {"warmup_steps": 0, "flops_warmup_steps": 3, "checkpoint_every": 100}
+
+
+def test_head_dense_at_init_that_training_sparsifies_is_ok(tmp_path: Path) -> None:
+    """The artefact of a step-1 detector: a head dense at initialisation (as a large-norm head and
+    its rescaled twin are) was stopped before the FLOPS regulariser had acted."""
+    init = _save_tiny_bert(tmp_path / "init", decoder_bias=0.3)
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(**FAST, steps=10, lr=3.0e-2, lambda_q=1.0e-2, lambda_d=1.0e-2),
+                            data_spec=TRIPLES, device="cpu", **paths)
+    with open(paths["log_csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert all(float(r["nnz_d"]) > 0.5 * 30522 for r in rows[:5])  # near-dense for 5 steps ...
+    assert float(rows[-1]["nnz_d"]) < 0.1 * 30522  # ... then the FLOPS regulariser sparsifies it
+    assert manifest["status"] == "ok" and manifest["steps_done"] == 10
+    assert manifest["sparsity"]["window_steps"] == [4, 10] and manifest["sparsity"]["mean_nnz_d"] < 0.5 * 30522
+
+
+def test_run_that_goes_all_zero_after_warmup_is_collapsed(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init")  # sparse but not empty at initialisation
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(**FAST, steps=10, lr=0.1, lambda_q=100.0, lambda_d=100.0,
+                                                 collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
+    with open(paths["log_csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[0]["nnz_q"]) > 100
+    assert manifest["status"] == "collapsed" and "all-zero" in manifest["reason"]
+    assert manifest["steps_done"] == 10 and manifest["sparsity"]["window_steps"] == [8, 10]
+    assert 3 < manifest["collapse_step"] <= 8 and all(float(r["nnz_q"]) < 1 for r in rows[manifest["collapse_step"] - 1:])
+    assert (paths["final_dir"] / "model.safetensors").exists()
+
+
+def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init")
+    AutoModelForMaskedLM.from_pretrained(init).to(torch.bfloat16).save_pretrained(init)
+    assert stored_dtypes(init) == {"BF16"}
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
+    assert stored_dtypes(paths["final_dir"]) == {"F32"}
+    assert manifest["dtype"] == "float32" and not manifest["bf16_autocast"]
 
 
 def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
