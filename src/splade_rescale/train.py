@@ -46,7 +46,7 @@ from splade_rescale.losses import (average_gradients, contrastive_loss, flops, g
 from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device
 from splade_rescale.training_data import Example, example_stream, load_teacher_scores
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("splade_rescale.train")  # not __name__, "__main__" under torchrun: train.log listens here
 
 LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d",
                "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm",
