@@ -21,7 +21,8 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 from splade_rescale.heads import init_identity_transform
 from splade_rescale.recipes import TrainingConfigError, resolve_recipe
 from splade_rescale.train import LOG_COLUMNS, run_training
-from splade_rescale.training_data import TrainingDataError, example_stream
+from splade_rescale.datasets import iter_triples_tsv
+from splade_rescale.training_data import TrainingDataError, example_stream, load_teacher_scores
 from conftest import TRIPLES
 from test_backbones_norms import stored_dtypes
 
@@ -206,3 +207,35 @@ def test_ir_datasets_source_streams_pairs(monkeypatch: pytest.MonkeyPatch) -> No
                   "neg_ids": ["d2"], "negatives": ["neg text"]}
     with pytest.raises(TrainingDataError, match="examples"):
         next(example_stream({"source": "beir_local", "path": "x"}, seed=0))
+
+
+def test_teacher_scores_are_exact_and_last_wins(tmp_path: Path) -> None:
+    lines = [("1", "10", "0.5"), ("10", "1", "1.5"), ("1", "1", "2.5"), ("q-é", "doc-∑", "-3.25"),
+             ("1", "10", "7.0"), ("a" * 40, "b", "1e3")]  # (1, 10) twice: the last score counts
+    path = tmp_path / "teacher.tsv"
+    path.write_text("".join("\t".join(line) + "\n" for line in lines), encoding="utf-8")
+    teacher, expected = load_teacher_scores(path), {(q, d): float(v) for q, d, v in lines}
+    assert len(teacher) == len(lines) and {k: teacher[k] for k in expected} == expected
+    for missing in [("1", "0"), ("0", "10"), ("11", "0"), ("1", "10 "), ("a" * 41, "b"), ("", "")]:
+        with pytest.raises(KeyError):
+            teacher[missing]
+    path.write_text("1\t2\t0.5\n3\t4\n")
+    with pytest.raises(TrainingDataError, match=r"teacher.tsv:2: expected 'qid<TAB>docid<TAB>score'"):
+        load_teacher_scores(path)
+    path.write_text("1\t2\t0.5\n3\t4\thigh\n")
+    with pytest.raises(TrainingDataError, match=r"teacher.tsv:2: score 'high' is not a number"):
+        load_teacher_scores(path)
+
+
+def test_distillation_trains_on_teacher_scores(tiny_bert: Path, tmp_path: Path) -> None:
+    """margin_mse end to end: examples with ids, each (qid, docid) scored by the teacher file."""
+    examples, teacher = tmp_path / "examples.jsonl", tmp_path / "teacher.tsv"
+    with open(examples, "w") as ex, open(teacher, "w") as te:
+        for i, (query, pos, neg) in enumerate(iter_triples_tsv(TRIPLES["path"])):
+            ex.write(json.dumps({"qid": f"q{i}", "query": query, "pos_id": f"p{i}", "positive": pos,
+                                 "neg_ids": [f"n{i}"], "negatives": [neg]}) + "\n")
+            te.write(f"q{i}\tp{i}\t{10 + i % 3}\nq{i}\tn{i}\t{i % 5}\n")
+    spec = {"source": "examples_jsonl", "path": str(examples)}
+    recipe = _recipe(steps=2, loss="margin_mse", teacher_scores=str(teacher))
+    manifest = run_training(tiny_bert, recipe=recipe, data_spec=spec, device="cpu", **_paths(tmp_path / "out"))
+    assert manifest["status"] == "ok" and manifest["last_log"]["loss_rank"] > 0
