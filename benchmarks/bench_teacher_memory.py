@@ -1,18 +1,19 @@
 """Peak memory and load time of the distillation teacher scores (``qid<TAB>docid<TAB>score``).
 
 The claim under test: ``splade_rescale.training_data.load_teacher_scores`` holds a full MS MARCO
-teacher file in a few bytes per pair (sorted fixed-width key bytes + float32 scores, looked up
+teacher file in ~20 bytes per pair (sorted fixed-width key bytes + float32 scores, looked up
 by bisection), where the previous loader (a dict keyed by (qid, docid) tuples, reproduced
-below as ``dict``) needed ~200 bytes per pair in every training process.
+below as ``dict``) needed ~250 bytes per pair in every training process.
 
 1. Writes a SYNTHETIC teacher file of ``--lines`` pairs (default 5M): 10 distinct passages per
    query, MS MARCO-like ids (qid < 1.2M, docid < 8.8M, both random), scores with 4 decimals.
 2. Loads it in a fresh subprocess per loader and reports that process's RSS after imports and
    after loading (what training then holds), its peak RSS (``VmHWM``: the arrays loader peaks
-   while sorting, with the argsort index and a sorted copy) and the load time; the ``arrays`` run also checks 100k lookups
-   against the file's scores (as float32) and that a missing pair raises KeyError.
+   while sorting, with the argsort index and a sorted copy) and the load time; the ``arrays``
+   run also checks 100k lookups against the file's scores (as float32) and that a missing pair
+   raises KeyError.
 
-    python benchmarks/bench_teacher_memory.py               # 5M lines, both loaders, ~1-2 min on 2 cores
+    python benchmarks/bench_teacher_memory.py               # 5M lines, both loaders, ~35 s on 2 cores
     python benchmarks/bench_teacher_memory.py --lines 1000000 --keep /tmp/teacher.tsv
 
 Run with the package importable (``PYTHONPATH=src``). Figures: benchmarks/README.md.

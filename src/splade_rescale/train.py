@@ -424,11 +424,11 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
                         recipe["flops_warmup_steps"])
 
     manifest = {"status": status, "reason": reason, "collapse_step": collapse_step, "sparsity": sparsity,
-                "steps_done": step,
-                "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec, "init_dir": str(init_dir),
-                "final_dir": str(final_dir), "device": str(dev), "world_size": world,
+                "steps_done": step, "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec,
+                "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
+                "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
                 "bf16_autocast": recipe["precision"] == "bf16" or (recipe["precision"] == "auto" and dev.type == "cuda"),
-                "dtype": weights_dtype(encoder.model), "head": recipe["head"], "last_log": last_row, "wall_s_this_run": time.perf_counter() - started,
+                "head": recipe["head"], "last_log": last_row, "wall_s_this_run": time.perf_counter() - started,
                 "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
     if rank == 0:
         _write_final(encoder, final_dir, recipe["doc_max_length"])

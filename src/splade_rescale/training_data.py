@@ -108,7 +108,7 @@ class TeacherScores:
     """Teacher scores by (qid, docid): two flat arrays (sorted keys, float32 scores), searched by bisection.
 
     A full MS MARCO teacher file has tens of millions of pairs; as a dict of (qid, docid) tuples
-    that is ~200 bytes a pair, gigabytes in every rank. Here a pair costs its key bytes
+    that is ~250 bytes a pair, gigabytes in every rank. Here a pair costs its key bytes
     (``qid<TAB>docid``, fixed width = the longest key) plus 4 bytes. Lookups compare whole
     keys, so they are exact; a pair listed twice keeps its last score, as a dict would.
     """
