@@ -8,13 +8,15 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM
+from safetensors import safe_open
+from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from conftest import REPO
+from conftest import REPO, tiny_modernbert
 from splade_rescale.backbones import BackboneUnavailableError, fetch_backbone
 from splade_rescale.heads import mlm_head
 from splade_rescale.norms import measure_model_dir, write_norms_table
 from splade_rescale.rescale import rescale_backbone, resolve_factor
+from splade_rescale.splade import SpladeEncoder
 
 PROBE = {"queries": str(REPO / "resources/probe/queries.tsv"),
          "passages": str(REPO / "resources/probe/passages.tsv"),
@@ -113,3 +115,25 @@ def test_cli_reports_one_line_and_exit_code(tmp_path):
 def test_local_backbone_without_checkpoint_is_named(tmp_path):
     with pytest.raises(BackboneUnavailableError, match="backbones.x.path"):
         fetch_backbone("x", {"source": "local", "path": str(tmp_path)}, tmp_path / "out")
+
+
+def stored_dtypes(folder):
+    """The dtypes of the tensors in a saved model.safetensors, e.g. {"F32"}."""
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        return {f.get_slice(k).get_dtype() for k in f.keys()}
+
+
+def test_bf16_checkpoint_is_loaded_and_written_in_fp32(tmp_path, minilm_path):
+    """transformers 5 loads with dtype="auto": without an explicit fp32 a bf16 checkpoint (as
+    ModernBERT is published) would stay bf16 through every stage."""
+    bf16 = tmp_path / "bf16"
+    tiny_modernbert().to(torch.bfloat16).save_pretrained(bf16)
+    AutoTokenizer.from_pretrained(str(minilm_path)).save_pretrained(bf16)
+    assert stored_dtypes(bf16) == {"BF16"}
+    encoder = SpladeEncoder.from_pretrained(bf16, device="cpu")
+    assert {p.dtype for p in encoder.parameters()} == {torch.float32}
+    manifest = fetch_backbone("mb", {"source": "local", "path": str(bf16)}, tmp_path / "backbone")
+    assert stored_dtypes(tmp_path / "backbone/model") == {"F32"}
+    assert (manifest["checkpoint_dtype"], manifest["dtype"]) == ("bfloat16", "float32")
+    record = rescale_backbone(bf16, tmp_path / "rescaled", "rescaled", {"policy": "constant", "factor": "1/16"})
+    assert stored_dtypes(tmp_path / "rescaled") == {"F32"} and record["dtype"] == "float32"

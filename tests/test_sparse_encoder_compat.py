@@ -22,7 +22,7 @@ RECIPE = {"steps": 2, "batch_size": 2, "negatives_per_query": 1, "lr": 1.0e-3, "
           "weight_decay": 0.0, "max_grad_norm": 1.0, "grad_accumulation": 1, "query_max_length": 16,
           "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 0,
           "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 10,
-          "seed": 0, "collapse_patience": 100}
+          "seed": 0}
 TEXTS = ["what fruit is native to australia", "The Canadian Armed Forces have about 65,000 regular members.",
          "caffeine during pregnancy"]
 

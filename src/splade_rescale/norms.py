@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from splade_rescale.atomic import write_json, write_text
-from splade_rescale.heads import MlmHead, mlm_head
+from splade_rescale.heads import MlmHead, load_masked_lm, mlm_head
 
 
 def read_probe_texts(path: str | Path) -> list[str]:
@@ -113,7 +113,7 @@ def measure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, probe: d
 def measure_model_dir(model_dir: str | Path, probe: dict[str, Any], out_path: str | Path,
                       labels: dict[str, Any]) -> dict[str, Any]:
     """Measure a saved checkpoint and write the statistics (with ``labels``) as JSON."""
-    model = AutoModelForMaskedLM.from_pretrained(str(model_dir))
+    model, _ = load_masked_lm(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     stats = {**labels, **measure(model, tokenizer, probe)}
     write_json(out_path, stats)

@@ -23,9 +23,12 @@ OPTIONAL_DEFAULTS: dict[str, Any] = {
     "chunk_size": 8192,             # vocabulary chunk of the fused head
     "shuffle_buffer": 10_000,
     "keep_checkpoints": 2,
-    "collapse_min_nnz": 1.0,        # mean non-zeros per query or document below this ...
-    "collapse_dense_fraction": 0.5,  # ... or above this fraction of the vocabulary ...
-    "collapse_patience": 5,          # ... for this many consecutive steps -> collapsed
+    # Sparsity verdict, made once at the end of training (see splade_rescale.train): collapsed when
+    # the mean non-zeros per query or document over the last collapse_window steps after the FLOPS
+    # warm-up is below collapse_min_nnz (all-zero) or above collapse_dense_fraction x vocab (near-dense).
+    "collapse_min_nnz": 1.0,
+    "collapse_dense_fraction": 0.5,
+    "collapse_window": 100,
     "source": None,                 # where the values come from (documentation only)
 }
 RECIPE_KEYS = frozenset(REQUIRED_KEYS) | frozenset(OPTIONAL_DEFAULTS)

@@ -13,11 +13,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, write_json
 from splade_rescale.config import parse_factor
-from splade_rescale.heads import scale_head
+from splade_rescale.heads import load_masked_lm, scale_head, weights_dtype
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,12 @@ def rescale_backbone(backbone_dir: str | Path, out_dir: str | Path, variant_name
             return json.load(f)
 
     factor = resolve_factor(variant, read(backbone_norms_path), read(reference_norms_path))
-    model = AutoModelForMaskedLM.from_pretrained(str(backbone_dir))
+    model, _ = load_masked_lm(backbone_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(backbone_dir))
     scale_head(model, factor)
     record = {"variant": variant_name, "policy": variant["policy"], "factor": factor,
               "factor_as_configured": variant.get("factor"), "reference": variant.get("reference"),
+              "dtype": weights_dtype(model),
               "convention": "head projection (decoder weight and bias) multiplied by factor; k = 1/factor"}
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)

@@ -14,10 +14,10 @@ from typing import Literal, Sequence
 
 import torch
 from torch import nn
-from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from splade_rescale.fused_head import fused_splade_pool, naive_splade_pool
-from splade_rescale.heads import mlm_head
+from splade_rescale.heads import load_masked_lm, mlm_head
 
 HeadImpl = Literal["fused", "naive"]
 Precision = Literal["auto", "bf16", "fp32"]
@@ -56,7 +56,8 @@ class SpladeEncoder(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | Path, head: HeadImpl = "fused", device: str | torch.device | None = None,
                         precision: Precision = "auto", chunk_size: int = 8192) -> "SpladeEncoder":
-        model = AutoModelForMaskedLM.from_pretrained(str(path))
+        """Load a saved model with fp32 weights (``precision`` only sets the autocast)."""
+        model, _ = load_masked_lm(path)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         encoder = cls(model, tokenizer, head=head, chunk_size=chunk_size, precision=precision)
         return encoder.to(resolve_device(device))

@@ -2,9 +2,15 @@
 detection, atomic checkpoints and exact resume.
 
 Why collapse detection: backbones with a large-norm MLM head collapse under standard SPLADE
-training (the paper's subject). A collapsed run must not crash the workflow: it stops,
-records ``status: collapsed`` with the step and reason, and still writes its last state as
-the final model so that encoding and evaluation go on.
+training (the paper's subject). A collapsed run must not crash the workflow: it records
+``status: collapsed`` with the step and reason, and still writes its last state as the final
+model (later stages read the manifest and skip it).
+
+The detector must not decide the paper's question by itself. Only a non-finite loss or
+gradient stops training at once. Sparsity (all-zero or near-dense vectors) is judged once,
+at the end, on the mean non-zeros of the last ``collapse_window`` steps after the FLOPS
+warm-up: a head that is dense at initialisation, which a positive rescaling factor does not
+change, gets the whole run to sparsify before it counts as collapsed.
 
 Batch layout: ``batch_size`` queries per optimisation step in total, split into
 ``grad_accumulation`` micro-batches and then across ranks. In-batch negatives and FLOPS are
@@ -21,23 +27,26 @@ import math
 import os
 import random
 import shutil
+import statistics
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+from splade_rescale.heads import load_masked_lm, weights_dtype
 from splade_rescale.recipes import TrainingConfigError, check_recipe_keys
 from splade_rescale.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss,
                                    margin_mse_loss, regulariser_weight)
 from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device
 from splade_rescale.training_data import Example, example_stream, load_teacher_scores
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("splade_rescale.train")  # not __name__, "__main__" under torchrun: train.log listens here
 
 LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d",
                "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm",
@@ -60,6 +69,9 @@ def _validate(recipe: Mapping[str, Any], world: int) -> int:
     if recipe["loss"] != "contrastive" and not recipe["teacher_scores"]:
         raise TrainingConfigError(f"loss = {recipe['loss']} needs teacher_scores (a qid<TAB>docid<TAB>score "
                                   "file); set it or use loss: contrastive")
+    window = recipe["collapse_window"]
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise TrainingConfigError(f"collapse_window = {window!r} must be a positive number of steps")
     if recipe["precision"] not in ("auto", "bf16", "fp32"):
         raise TrainingConfigError(f"precision = {recipe['precision']!r}: use auto, bf16 or fp32")
     return per_rank
@@ -68,14 +80,20 @@ def _validate(recipe: Mapping[str, Any], world: int) -> int:
 # ---------------------------------------------------------------------------- pieces
 
 
-def _init_distributed() -> tuple[int, int]:
-    """(rank, world size); starts the process group under torchrun (WORLD_SIZE > 1)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+def _init_distributed(dev: torch.device) -> tuple[int, int, torch.device]:
+    """(rank, world size, this rank's device); starts the process group under torchrun (WORLD_SIZE > 1).
+
+    On CUDA each rank takes GPU ``LOCAL_RANK`` and makes it the current device (NCCL
+    collectives and the CUDA RNG use the current device; without this every rank opens GPU 0).
+    """
+    if dev.type == "cuda" and "LOCAL_RANK" in os.environ:
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(dev)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+        return dist.get_rank(), dist.get_world_size(), dev
+    return 0, 1, dev
 
 
 def _optimizer(model: torch.nn.Module, recipe: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
@@ -94,18 +112,32 @@ def _optimizer(model: torch.nn.Module, recipe: Mapping[str, Any]) -> tuple[torch
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_states(world: int) -> list[dict[str, Any]]:
+    """Every rank's RNG state, in rank order (a collective: all ranks call it at the same step).
+
+    Ranks draw different amounts of randomness (dropout over batches of different lengths),
+    so each rank's state is saved and restored, not rank 0's for all.
+    """
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+        state["cuda"] = torch.cuda.get_rng_state()  # the current device: this rank's GPU
+    if world == 1:
+        return [state]
+    states: list[Any] = [None] * world
+    dist.all_gather_object(states, state)
+    return states
 
 
-def _set_rng_state(state: Mapping[str, Any]) -> None:
+def _set_rng_state(states: list[Mapping[str, Any]], rank: int, world: int) -> None:
+    if len(states) != world:
+        log.warning("checkpoint written by %d processes, resuming with %d: RNG states not restored "
+                    "(dropout differs from an uninterrupted run; the data order does not)", len(states), world)
+        return
+    state = states[rank]
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def _checkpoints(checkpoint_dir: Path) -> list[Path]:
@@ -198,6 +230,31 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
     return loss, stats
 
 
+def _sparsity_verdict(window: list[tuple[int, float, float]], onset: Mapping[str, int | None],
+                      recipe: Mapping[str, Any], vocab: int) -> tuple[dict[str, Any] | None, str | None, int | None]:
+    """(end-of-training statistics, collapse reason, collapse step) from ``window``.
+
+    ``window``: (step, mean non-zeros q, d) of the last ``collapse_window`` steps after the
+    FLOPS warm-up. Collapsed when the window's mean non-zeros of queries or documents is below
+    ``collapse_min_nnz`` (all-zero) or above ``collapse_dense_fraction`` x vocab (near-dense).
+    The collapse step is when the vectors last became all-zero (near-dense) and stayed so to
+    the end (``onset``), or the window's first step if the last step was not. No window (the
+    run ended within the warm-up): not judged.
+    """
+    if not window:
+        return None, None, None
+    first, last = window[0][0], window[-1][0]
+    q, d = statistics.fmean(w[1] for w in window), statistics.fmean(w[2] for w in window)
+    stats = {"window_steps": [first, last], "mean_nnz_q": q, "mean_nnz_d": d}
+    where = f"mean non-zeros over steps {first}-{last} (after the FLOPS warm-up): q={q:.2f}, d={d:.2f}"
+    if min(q, d) < recipe["collapse_min_nnz"]:
+        return stats, f"all-zero representations: {where} < {recipe['collapse_min_nnz']}", onset["zero"] or first
+    if max(q, d) > recipe["collapse_dense_fraction"] * vocab:
+        return stats, (f"near-dense representations: {where} > {recipe['collapse_dense_fraction']} x vocab "
+                       f"({vocab})"), onset["dense"] or first
+    return stats, None, None
+
+
 def _write_final(encoder: SpladeEncoder, final_dir: Path, max_length: int) -> None:
     """Save a folder that loads with AutoModelForMaskedLM and as a sentence-transformers SparseEncoder.
 
@@ -241,11 +298,8 @@ def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Pat
     """
     final_dir, log_csv, checkpoint_dir = Path(final_dir), Path(log_csv), Path(checkpoint_dir)
     recipe = dict(recipe)
-    rank, world = _init_distributed()
+    rank, world, dev = _init_distributed(resolve_device(device))
     per_rank = _validate(recipe, world)
-    dev = resolve_device(device)
-    if dev.type == "cuda" and world > 1:
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     handler = _file_logger(Path(log_file) if log_file else log_csv.parent / "train.log") if rank == 0 else None
     try:
         return _train(Path(init_dir), final_dir, log_csv, Path(manifest_path), checkpoint_dir, recipe,
@@ -262,7 +316,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     started = time.perf_counter()
     random.seed(recipe["seed"])
     torch.manual_seed(recipe["seed"])
-    model = AutoModelForMaskedLM.from_pretrained(str(init_dir))
+    model, _ = load_masked_lm(init_dir)  # fp32 master weights whatever the checkpoint's dtype
     tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
     encoder = SpladeEncoder(model, tokenizer, head=recipe["head"], chunk_size=recipe["chunk_size"],
                             precision=recipe["precision"]).to(dev)
@@ -270,15 +324,19 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     optimizer, scheduler = _optimizer(encoder, recipe)
     params = [p for p in encoder.parameters() if p.requires_grad]
 
-    step, elapsed_before, zero_run, dense_run = 0, 0.0, 0, 0
+    step, elapsed_before = 0, 0.0
+    # sparsity after the FLOPS warm-up (step, nnz q, nnz d), and since when it is all-zero / near-dense
+    window: deque[tuple[int, float, float]] = deque(maxlen=recipe["collapse_window"])
+    onset: dict[str, int | None] = {"zero": None, "dense": None}
     state = _latest_checkpoint(checkpoint_dir, recipe)
     if state is not None:
         encoder.model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
+        _set_rng_state(state["rng"], rank, world)
         step, elapsed_before = state["step"], state["elapsed_s"]
-        zero_run, dense_run = state["zero_run"], state["dense_run"]
+        window.extend(tuple(w) for w in state["sparsity_window"])
+        onset = state["sparsity_onset"]
         log.info("resumed from %s at step %d", checkpoint_dir, step)
     if rank == 0:
         log_csv.parent.mkdir(parents=True, exist_ok=True)
@@ -297,6 +355,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     last_row: dict[str, Any] = {}
     t_start = time.perf_counter()
     bar = tqdm(total=recipe["steps"], initial=step, disable=rank != 0, desc="train", mininterval=5)
+    log.info("rank %d/%d: queries [%d, %d) of each micro-batch of %d", rank, world, rank * per_rank,
+             (rank + 1) * per_rank, micro_global)
     while step < recipe["steps"]:
         t0 = time.perf_counter()
         lam_q = regulariser_weight(recipe["lambda_q"], step + 1, recipe["flops_warmup_steps"])
@@ -327,15 +387,9 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
         bar.update(1)
         low = min(values["nnz_q"], values["nnz_d"]) < recipe["collapse_min_nnz"]
         high = max(values["nnz_q"], values["nnz_d"]) > recipe["collapse_dense_fraction"] * vocab
-        zero_run, dense_run = (zero_run + 1) * low, (dense_run + 1) * high
-        if status == "ok" and zero_run >= recipe["collapse_patience"]:
-            status, collapse_step = "collapsed", step
-            reason = (f"all-zero representations: mean non-zeros q={values['nnz_q']:.2f}, d={values['nnz_d']:.2f} "
-                      f"< {recipe['collapse_min_nnz']} for {zero_run} steps")
-        if status == "ok" and dense_run >= recipe["collapse_patience"]:
-            status, collapse_step = "collapsed", step
-            reason = (f"near-dense representations: mean non-zeros q={values['nnz_q']:.0f}, d={values['nnz_d']:.0f} "
-                      f"> {recipe['collapse_dense_fraction']} x vocab ({vocab}) for {dense_run} steps")
+        onset = {"zero": (onset["zero"] or step) if low else None, "dense": (onset["dense"] or step) if high else None}
+        if step > recipe["flops_warmup_steps"]:
+            window.append((step, values["nnz_q"], values["nnz_d"]))
         dt = time.perf_counter() - t0
         last_row = {"step": step, "lr": lr, "lambda_q": lam_q, "lambda_d": lam_d, "loss": values["loss"],
                     "loss_rank": values["loss_rank"], "loss_flops_q": lam_q * values["flops_q"],
@@ -348,19 +402,31 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
             _append_log(log_csv, last_row)
             log.info("step %d: %s", step, " ".join(f"{k}={v:.4g}" for k, v in last_row.items() if k != "step"))
         if status != "ok":
-            log.warning("collapse at step %d: %s", collapse_step, reason)
+            log.warning("stopped at step %d: %s", collapse_step, reason)
             break
-        if rank == 0 and step % recipe["checkpoint_every"] == 0 and step < recipe["steps"]:
-            _save_checkpoint(checkpoint_dir, {
-                "step": step, "examples_seen": step * recipe["batch_size"], "recipe": recipe,
-                "model": encoder.model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "rng": _rng_state(), "zero_run": zero_run,
-                "dense_run": dense_run, "elapsed_s": last_row["elapsed_s"]}, recipe["keep_checkpoints"])
+        if step % recipe["checkpoint_every"] == 0 and step < recipe["steps"]:
+            rng = _rng_states(world)  # all ranks take part
+            if rank == 0:
+                _save_checkpoint(checkpoint_dir, {
+                    "step": step, "examples_seen": step * recipe["batch_size"], "recipe": recipe,
+                    "model": encoder.model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": rng, "sparsity_window": list(window),
+                    "sparsity_onset": onset, "elapsed_s": last_row["elapsed_s"]}, recipe["keep_checkpoints"])
     bar.close()
+    sparsity = None
+    if status == "ok":
+        sparsity, reason, collapse_step = _sparsity_verdict(list(window), onset, recipe, vocab)
+        if reason is not None:
+            status = "collapsed"
+            log.warning("collapsed (from step %d): %s", collapse_step, reason)
+        elif sparsity is None:
+            log.warning("sparsity not judged: the run ended within the FLOPS warm-up (%d steps)",
+                        recipe["flops_warmup_steps"])
 
-    manifest = {"status": status, "reason": reason, "collapse_step": collapse_step, "steps_done": step,
-                "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec, "init_dir": str(init_dir),
-                "final_dir": str(final_dir), "device": str(dev), "world_size": world,
+    manifest = {"status": status, "reason": reason, "collapse_step": collapse_step, "sparsity": sparsity,
+                "steps_done": step, "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec,
+                "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
+                "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
                 "bf16_autocast": recipe["precision"] == "bf16" or (recipe["precision"] == "auto" and dev.type == "cuda"),
                 "head": recipe["head"], "last_log": last_row, "wall_s_this_run": time.perf_counter() - started,
                 "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}

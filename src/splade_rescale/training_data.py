@@ -22,13 +22,14 @@ import random
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import numpy as np
+
 from splade_rescale.atomic import atomic_file
 from splade_rescale.datasets import iter_triples_tsv, load_dataset
 
 log = logging.getLogger(__name__)
 
 Example = dict[str, Any]
-TeacherScores = dict[tuple[str, str], float]
 
 
 class TrainingDataError(ValueError):
@@ -103,16 +104,51 @@ def _shuffled(records: Iterable[Any], rng: random.Random, buffer: int) -> Iterat
     yield from pool
 
 
+class TeacherScores:
+    """Teacher scores by (qid, docid): two flat arrays (sorted keys, float32 scores), searched by bisection.
+
+    A full MS MARCO teacher file has tens of millions of pairs; as a dict of (qid, docid) tuples
+    that is ~250 bytes a pair, gigabytes in every rank. Here a pair costs its key bytes
+    (``qid<TAB>docid``, fixed width = the longest key) plus 4 bytes. Lookups compare whole
+    keys, so they are exact; a pair listed twice keeps its last score, as a dict would.
+    """
+
+    def __init__(self, keys: np.ndarray, scores: np.ndarray):
+        self._keys, self._scores = keys, scores
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, pair: tuple[str, str]) -> float:
+        key = f"{pair[0]}\t{pair[1]}".encode()
+        if len(key) > self._keys.dtype.itemsize:
+            raise KeyError(pair)
+        i = int(np.searchsorted(self._keys, key, side="right")) - 1
+        if i < 0 or self._keys[i] != key:
+            raise KeyError(pair)
+        return float(self._scores[i])
+
+
 def load_teacher_scores(path: str | Path) -> TeacherScores:
-    """Teacher scores from a ``qid<TAB>docid<TAB>score`` file, keyed by (qid, docid)."""
-    scores: TeacherScores = {}
-    with open(path, encoding="utf-8") as fh:
+    """Teacher scores from a ``qid<TAB>docid<TAB>score`` file (two passes: size the arrays, fill them)."""
+    n = width = 0
+    with open(path, "rb") as fh:
         for lineno, line in enumerate(fh, 1):
             parts = line.split()
             if len(parts) != 3:
                 raise TrainingDataError(f"{path}:{lineno}: expected 'qid<TAB>docid<TAB>score'")
-            scores[(parts[0], parts[1])] = float(parts[2])
-    return scores
+            n, width = lineno, max(width, len(parts[0]) + 1 + len(parts[1]))
+    keys, scores = np.empty(n, dtype=f"S{max(width, 1)}"), np.empty(n, dtype=np.float32)
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh):
+            qid, docid, score = line.split()
+            keys[lineno] = qid + b"\t" + docid
+            try:
+                scores[lineno] = float(score)
+            except ValueError:
+                raise TrainingDataError(f"{path}:{lineno + 1}: score {score.decode()!r} is not a number") from None
+    order = np.argsort(keys, kind="stable")  # stable: of repeated keys the last line sorts last
+    return TeacherScores(keys[order], scores[order])
 
 
 def _attach_teacher(ex: Example, teacher: TeacherScores) -> Example:

@@ -1,0 +1,95 @@
+"""Training in 2 processes (gloo on CPU, launched as torchrun would: RANK, WORLD_SIZE, LOCAL_RANK).
+
+What one process with the same global batch does, two must do: each rank encodes its slice
+of every micro-batch, only rank 0 writes, the weights end up the same, and a run killed
+after a checkpoint resumes to the weights of an uninterrupted one (each rank's RNG restored).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForMaskedLM
+
+from conftest import TRIPLES
+from splade_rescale.train import run_training
+from test_train import _cli, _paths, _recipe, _save_tiny_bert
+
+# 4 queries a step: 2 per rank in 2 processes.
+RECIPE = {"batch_size": 4, "grad_accumulation": 1, "steps": 6, "checkpoint_every": 2, "keep_checkpoints": 1}
+
+
+def _launch(init: Path, out: Path, recipe: dict) -> list[subprocess.Popen]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    return [subprocess.Popen(_cli(init, out, recipe), env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(2)]
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[str]:
+    """Wait for both ranks; return their stderr (logging goes there)."""
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs[0][-2000:] + errs[1][-2000:]
+    return errs
+
+
+def _weights(final: Path) -> dict[str, torch.Tensor]:
+    return AutoModelForMaskedLM.from_pretrained(final).state_dict()
+
+
+def _log_rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "train_log.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init", dropout=0.0)  # dropout would draw differently per process count
+    recipe = _recipe(**RECIPE)
+    one = run_training(init, recipe=recipe, data_spec=TRIPLES, device="cpu", **_paths(tmp_path / "one"))
+    errs = _finish(_launch(init, tmp_path / "two", recipe))
+    assert "rank 0/2: queries [0, 2) of each micro-batch of 4" in errs[0]
+    assert "rank 1/2: queries [2, 4) of each micro-batch of 4" in errs[1]
+    # Only rank 0 writes: one log row per step, one "finished" line, no checkpoints left.
+    rows = _log_rows(tmp_path / "two")
+    assert [int(r["step"]) for r in rows] == list(range(1, 7))
+    assert "finished:" in errs[0] and "finished:" not in errs[1]
+    assert (tmp_path / "two" / "train.log").read_text().count("step 6:") == 1
+    assert not (tmp_path / "two" / "checkpoints").exists()
+    # The same losses (in-batch negatives and FLOPS over the gathered batch) and weights.
+    assert [float(r["loss"]) for r in rows] == \
+        [float(r["loss"]) for r in _log_rows(tmp_path / "one")][:6] != []
+    assert one["status"] == "ok"
+    single, double = _weights(tmp_path / "one" / "final"), _weights(tmp_path / "two" / "final")
+    diff = torch.cat([(double[k] - single[k]).abs().flatten() for k in single])
+    # Equal up to summation order. Adam divides by sqrt(v), so where a gradient is ~0 that noise
+    # can become a step of up to lr: allow a handful of such elements out of ~2M, none beyond sum(lr).
+    assert (diff > 1e-5).sum() <= 10 and diff.max() < sum(float(r["lr"]) for r in rows)
+
+
+def test_two_processes_killed_after_a_checkpoint_resume_to_identical_weights(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init", dropout=0.1)  # each rank draws its own dropout masks
+    recipe = _recipe(**RECIPE)
+    procs = _launch(init, tmp_path / "a", recipe)
+    ckpt = tmp_path / "a" / "checkpoints" / "step-0000004.pt"
+    while not ckpt.exists() and all(p.poll() is None for p in procs):
+        time.sleep(0.02)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+    assert [p.wait() for p in procs] == [-signal.SIGKILL] * 2 and not (tmp_path / "a" / "final").exists()
+    rng = torch.load(ckpt, weights_only=False)["rng"]
+    assert len(rng) == 2 and not torch.equal(rng[0]["torch"], rng[1]["torch"])  # one state per rank
+    _finish(_launch(init, tmp_path / "a", recipe))
+    _finish(_launch(init, tmp_path / "b", recipe))
+    resumed, straight = _weights(tmp_path / "a" / "final"), _weights(tmp_path / "b" / "final")
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+    assert [int(r["step"]) for r in _log_rows(tmp_path / "a")] == list(range(1, 7))
