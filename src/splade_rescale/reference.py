@@ -43,8 +43,8 @@ def fetch_reference_model(name: str, spec: dict[str, Any], out_dir: str | Path) 
     """Write ``out_dir/final`` (model + tokenizer, fp32) and ``out_dir/manifest.json`` (status ok)."""
     from transformers import AutoTokenizer
 
-    from splade_rescale.backbones import load_masked_lm, resolve_source
-    from splade_rescale.heads import mlm_head
+    from splade_rescale.backbones import resolve_source
+    from splade_rescale.heads import load_masked_lm, mlm_head
 
     out_dir = Path(out_dir)
     if spec["source"] == "sentence_transformers":
@@ -52,8 +52,7 @@ def fetch_reference_model(name: str, spec: dict[str, Any], out_dir: str | Path) 
         folder, provenance = resolve_source(name, local)
     else:
         folder, provenance = resolve_source(name, spec)
-    model, missing = load_masked_lm(folder)
-    model = model.float()
+    model, missing = load_masked_lm(folder)  # fp32 weights, whatever the checkpoint's dtype
     head = mlm_head(model)
     if missing:
         raise ValueError(f"reference model {name!r}: the checkpoint at {folder} lacks {', '.join(missing[:5])}; "
