@@ -1,4 +1,5 @@
 # Two entry points a fresh machine needs: `make demo` and `make test`.
+# `make test-slurm` (root, Debian; CI) also runs the workflow on a real one-node SLURM.
 # Each creates .venv and installs the project into it first (idempotent).
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 
-.PHONY: install demo test dryrun lint clean-results
+.PHONY: install demo test test-slurm dryrun lint clean-results
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q
+
+# A real SLURM (Debian's slurm-wlm + munge, installed here if missing) on this host, in a
+# temporary folder: tests/test_slurm_cluster.py, skipped by `make test` (no env var there).
+test-slurm: $(STAMP)
+	command -v slurmctld >/dev/null && command -v munged >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
+	SPLADE_RESCALE_SLURM_TEST=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s tests/test_slurm_cluster.py
 
 dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8

@@ -90,12 +90,26 @@ def torch_device():
 
 
 def gpu_count():
-    """GPUs a model job asks for: none on an explicitly CPU config."""
-    return 0 if str(config.get("device", "auto")) == "cpu" else 1
+    """GPUs a model job (train, encode) asks the scheduler for.
+
+    The scheduler cannot see what `device: auto` will find inside the job, so the request
+    follows `gpus_per_job` (0 or 1): by default 1, or 0 when `device: cpu`. A cluster
+    without GPUs sets `gpus_per_job: 0` (a GPU request fails there at sbatch); `device: auto`
+    then runs on the CPU. A contradiction with `device` stops the workflow here.
+    """
+    device = str(config.get("device", "auto"))
+    gpus = config.get("gpus_per_job")
+    if gpus is None:
+        return 0 if device == "cpu" else 1
+    if device == "cpu" and gpus > 0:
+        raise WorkflowError(f"gpus_per_job: {gpus} contradicts device: cpu (set gpus_per_job: 0, or device: auto)")
+    if device.startswith("cuda") and gpus == 0:
+        raise WorkflowError(f"gpus_per_job: 0 contradicts device: {device} (a CUDA job needs a GPU)")
+    return gpus
 
 
 def train_gpus(backbone):
-    """GPUs for one backbone's training: backbones.{name}.train_gpus, else one (none on CPU)."""
+    """GPUs for one backbone's training: its explicit `train_gpus` (DDP when > 1), else gpu_count()."""
     return config["backbones"][backbone].get("train_gpus", gpu_count())
 
 

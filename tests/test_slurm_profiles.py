@@ -1,0 +1,60 @@
+"""The SLURM profiles without a cluster (dry runs; seconds). tests/test_slurm_cluster.py runs
+workflow/profiles/slurm-small on a real SLURM under `make test-slurm`.
+
+* every rule a profile names exists: a renamed rule would otherwise silently lose its
+  partition, threads and memory (Snakemake ignores unknown names in set-resources);
+* with ``gpus_per_job: 0`` (a cluster without GPUs) train and encode go to the gpu partition
+  without a GPU request, and no job asks for more CPUs or memory than a small node has;
+* ``gpus_per_job`` contradicting ``device`` stops the workflow with a message saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import REPO
+
+PROFILES = ("workflow/profiles/slurm", "workflow/profiles/slurm-small")
+
+
+def snakemake(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_profiles_name_only_existing_rules():
+    proc = snakemake("--list-rules", "--configfile", "config/demo.yaml")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rules = set(proc.stdout.split())
+    for profile in PROFILES:
+        settings = yaml.safe_load((REPO / profile / "config.yaml").read_text())
+        named = set(settings.get("set-resources", {})) | set(settings.get("set-threads", {}))
+        assert named <= rules, f"{profile} names unknown rules: {sorted(named - rules)}"
+
+
+def test_small_profile_on_a_cluster_without_gpus():
+    proc = snakemake("results/metrics/minilm/baseline/dl19-pool.json", "-n", "--workflow-profile",
+                     "workflow/profiles/slurm-small", "--configfile", "config/demo.yaml", "--config", "gpus_per_job=0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = {m.group(1): m.group(2) for m in re.finditer(r"^rule (\w+):\n((?:[ \t]+.*\n)+)", proc.stdout, re.M)}
+    assert {"train", "encode"} <= set(jobs), sorted(jobs)
+    for rule, block in jobs.items():
+        resources = re.search(r"resources: (.*)", block).group(1)
+        threads = int(re.search(r"threads: (\d+)", block).group(1)) if "threads:" in block else 1
+        assert threads <= 2 and int(re.search(r"mem_mb=(\d+)", resources).group(1)) <= 8000, (rule, block)
+        partition = re.search(r"slurm_partition=(\w+)", resources).group(1)
+        assert partition == ("gpu" if rule in ("train", "encode") else "cpu"), (rule, resources)
+        assert not re.search(r"\bgpu=[1-9]", resources), (rule, resources)
+
+
+def test_gpus_per_job_contradicting_device_stops_the_workflow():
+    proc = snakemake("-n", "--configfile", "config/demo.yaml", "--config", "device=cpu", "gpus_per_job=1")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "gpus_per_job: 1 contradicts device: cpu" in output, output[-2000:]
