@@ -44,13 +44,14 @@ def test_small_profile_on_a_cluster_without_gpus():
                      "workflow/profiles/slurm-small", "--configfile", "config/demo.yaml", "--config", "gpus_per_job=0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = {m.group(1): m.group(2) for m in re.finditer(r"^rule (\w+):\n((?:[ \t]+.*\n)+)", proc.stdout, re.M)}
-    assert {"train", "encode"} <= set(jobs), sorted(jobs)
+    model_jobs = {"train", "encode_corpus", "encode_queries"}
+    assert model_jobs <= set(jobs), sorted(jobs)
     for rule, block in jobs.items():
         resources = re.search(r"resources: (.*)", block).group(1)
         threads = int(re.search(r"threads: (\d+)", block).group(1)) if "threads:" in block else 1
         assert threads <= 2 and int(re.search(r"mem_mb=(\d+)", resources).group(1)) <= 8000, (rule, block)
         partition = re.search(r"slurm_partition=(\w+)", resources).group(1)
-        assert partition == ("gpu" if rule in ("train", "encode") else "cpu"), (rule, resources)
+        assert partition == ("gpu" if rule in model_jobs else "cpu"), (rule, resources)
         assert not re.search(r"\bgpu=[1-9]", resources), (rule, resources)
 
 
