@@ -65,7 +65,10 @@ def resolve_source(name: str, spec: dict[str, Any]) -> tuple[Path, dict[str, Any
         folder = Path(module.get_model_path())
         version = getattr(module, "__version__", None)
         return folder, {"package": spec["package"], "package_version": version, "resolved_commit": None}
-    raise BackboneUnavailableError(f"backbones.{name}.source = {source!r}: expected hf, local or package")
+    if source == "config":  # random init from sizes (splade_rescale.config_backbones)
+        from splade_rescale.config_backbones import materialise
+        return materialise(name, spec)
+    raise BackboneUnavailableError(f"backbones.{name}.source = {source!r}: expected hf, local, package or config")
 
 
 def load_masked_lm(folder: Path) -> tuple[PreTrainedModel, list[str]]:
@@ -87,7 +90,7 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
         ) from None
     head = mlm_head(model)  # unsupported architectures fail here, before anything is written
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    notes: list[str] = []
+    notes: list[str] = provenance.pop("notes", [])
 
     head_init = spec.get("head_init")
     head_missing = [k for k in missing if "transform" in k or "bias" in k or k.startswith("head.")]
@@ -114,7 +117,7 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
         "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
         "decoder_tied_to_input_embeddings": head.is_tied(),
         "missing_keys": missing,
-        "synthetic": bool(spec.get("inflate_head")),
+        "synthetic": bool(spec.get("inflate_head")) or spec["source"] == "config",
         "notes": notes,
     }
     with atomic_dir(out_dir / "model") as tmp:
