@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 
-.PHONY: install demo test test-slurm dryrun lint clean-results
+.PHONY: install demo test test-slurm dryrun lint clean-results plan rehearsal
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,21 @@ test-slurm: $(STAMP)
 
 dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8
+
+# The paper run's bill before it starts (results/plan.md); THROUGHPUTS=your.json to use your own figures.
+plan: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
+		$(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS)) --out results/plan.md
+
+# Scale rehearsal (config/rehearsal.yaml): the paper's DAG at its shape on CPU, offline. Builds its data
+# (results/rehearsal-data), runs the workflow while sampling results/ for the peak disk
+# (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), then its plan.
+rehearsal: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m splade_rescale.rehearsal_data build --out results/rehearsal-data \
+		$(if $(PASSAGES),--passages $(PASSAGES))
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m splade_rescale.rehearsal_data watch --folder results \
+		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile config/rehearsal.yaml --out results/rehearsal/plan.md
 
 lint: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml

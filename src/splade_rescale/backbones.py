@@ -65,7 +65,10 @@ def resolve_source(name: str, spec: dict[str, Any]) -> tuple[Path, dict[str, Any
         folder = Path(module.get_model_path())
         version = getattr(module, "__version__", None)
         return folder, {"package": spec["package"], "package_version": version, "resolved_commit": None}
-    raise BackboneUnavailableError(f"backbones.{name}.source = {source!r}: expected hf, local or package")
+    if source == "config":  # random init from sizes (splade_rescale.config_backbones)
+        from splade_rescale.config_backbones import materialise
+        return materialise(name, spec)
+    raise BackboneUnavailableError(f"backbones.{name}.source = {source!r}: expected hf, local, package or config")
 
 
 def _checkpoint_dtype(folder: Path) -> str | None:
@@ -87,7 +90,7 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
         ) from None
     head = mlm_head(model)  # unsupported architectures fail here, before anything is written
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    notes: list[str] = []
+    notes: list[str] = provenance.pop("notes", [])
 
     head_init = spec.get("head_init")
     head_missing = [k for k in missing if "transform" in k or "bias" in k or k.startswith("head.")]
@@ -116,7 +119,7 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
         "missing_keys": missing,
         "checkpoint_dtype": _checkpoint_dtype(folder),
         "dtype": weights_dtype(model),  # as written to model/: fp32 whatever the checkpoint's dtype
-        "synthetic": bool(spec.get("inflate_head")),
+        "synthetic": bool(spec.get("inflate_head")) or spec["source"] == "config",
         "notes": notes,
     }
     with atomic_dir(out_dir / "model") as tmp:

@@ -377,6 +377,17 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
     print("config ok")
 
 
+@command("plan", lambda p: (
+    p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
+    p.add_argument("--throughputs", type=Path, default=None, help="per-unit costs (default config/throughputs.json)"),
+    p.add_argument("--out", type=Path, default=Path("results/plan.md")),
+))
+def plan_cmd(args: argparse.Namespace) -> None:
+    """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
+    from splade_rescale.plan import write_plan
+    print(write_plan(args.configfile, args.throughputs, args.out))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="splade-rescale", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")

@@ -1,0 +1,519 @@
+"""The bill of a run before it starts: jobs, GPU- and CPU-hours, disk and memory.
+
+``splade-rescale plan --configfile config/config.yaml`` multiplies three things:
+
+* the jobs Snakemake plans for the config, counted with the functions the workflow uses
+  (:func:`splade_rescale.corpora.corpora`, backbones x variants + reference models;
+  ``tests/test_plan.py`` checks the counts against a dry run);
+* the sizes of its datasets: a table of the published collections below (with sources), and
+  local collections (``beir_local``, ``trec_local``, ``subset:``) counted from their files;
+* per-unit costs from a throughputs JSON (``config/throughputs.json`` by default): GPU
+  documents/s and training queries/s per architecture, scaled to a model by parameter count
+  and to a text by tokens; Lucene documents/s and queries/s per thread; bytes per document.
+
+Every figure is an estimate from those inputs; the plan prints its assumptions with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from splade_rescale.config import ConfigError, query_max_length, validate_config
+from splade_rescale.corpora import corpora
+from splade_rescale.recipes import resolve_recipe
+
+REPO = Path(__file__).resolve().parents[2]
+THROUGHPUTS_PATH = REPO / "config" / "throughputs.json"
+GIB = 1024 ** 3
+
+
+class PlanError(ValueError):
+    """A config or throughputs problem the plan cannot estimate around; one line with the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """Document or query count and mean length in words."""
+
+    count: int
+    words: float
+
+
+# Published collection sizes. MS MARCO passage: 8,841,823 passages, dev/small 6,980 queries, TREC DL
+# 2019 / 2020 43 / 54 judged queries (ir-datasets.com); mean lengths from BEIR's MS MARCO row.
+# BEIR: Thakur et al. 2021, "BEIR: A Heterogeneous Benchmark for Zero-shot Evaluation of Information
+# Retrieval Models", Table 1 (#corpus, #test queries, average words per query / document); the counts
+# agree with the bm25s benchmark table (xhluca/bm25s README). DL19/DL20 queries: the MS MARCO mean.
+CORPUS_SIZES: dict[str, Size] = {  # ir_datasets docs store -> documents
+    "msmarco-passage": Size(8_841_823, 55.98),
+    "beir/trec-covid": Size(171_332, 160.77),
+    "beir/nfcorpus": Size(3_633, 232.26),
+    "beir/nq": Size(2_681_468, 78.88),
+    "beir/hotpotqa": Size(5_233_329, 46.30),
+    "beir/fiqa": Size(57_638, 132.32),
+    "beir/arguana": Size(8_674, 166.80),
+    "beir/webis-touche2020/v2": Size(382_545, 292.37),
+    "beir/webis-touche2020": Size(382_545, 292.37),
+    "beir/quora": Size(522_931, 11.44),
+    "beir/dbpedia-entity": Size(4_635_922, 49.68),
+    "beir/scidocs": Size(25_657, 176.19),
+    "beir/fever": Size(5_416_568, 84.76),
+    "beir/climate-fever": Size(5_416_593, 84.76),
+    "beir/scifact": Size(5_183, 213.63),
+}
+QUERY_SIZES: dict[str, Size] = {  # ir_datasets id -> judged queries
+    "msmarco-passage/dev/small": Size(6_980, 5.96),
+    "msmarco-passage/trec-dl-2019/judged": Size(43, 5.96),
+    "msmarco-passage/trec-dl-2020/judged": Size(54, 5.96),
+    "beir/trec-covid": Size(50, 10.60),
+    "beir/nfcorpus/test": Size(323, 3.30),
+    "beir/nq": Size(3_452, 9.16),
+    "beir/hotpotqa/test": Size(7_405, 17.61),
+    "beir/fiqa/test": Size(648, 10.77),
+    "beir/arguana": Size(1_406, 192.98),
+    "beir/webis-touche2020/v2": Size(49, 6.55),
+    "beir/webis-touche2020": Size(49, 6.55),
+    "beir/quora/test": Size(10_000, 9.53),
+    "beir/dbpedia-entity/test": Size(400, 5.39),
+    "beir/scidocs": Size(1_000, 9.38),
+    "beir/fever/test": Size(6_666, 8.13),
+    "beir/climate-fever": Size(1_535, 20.13),
+    "beir/scifact/test": Size(300, 12.37),
+}
+# Training data: MS MARCO passage triples (query and passage lengths as above).
+MSMARCO_TRAIN = (Size(0, 5.96), Size(0, 55.98))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    architecture: str  # bert | modernbert: which GPU reference figures apply
+    parameters: int
+    layers: int
+    hidden: int
+    vocab: int
+
+
+# Hub models of the paper config (parameter counts from the model cards; ModernBERT and BERT counted
+# here with transformers on the meta device; Ettin shapes from its model cards: approximate).
+KNOWN_MODELS: dict[str, ModelShape] = {
+    "google-bert/bert-base-uncased": ModelShape("bert", 109_514_298, 12, 768, 30_522),
+    "bert-base-uncased": ModelShape("bert", 109_514_298, 12, 768, 30_522),
+    "naver/splade-cocondenser-ensembledistil": ModelShape("bert", 109_514_298, 12, 768, 30_522),
+    "answerdotai/ModernBERT-base": ModelShape("modernbert", 149_655_232, 22, 768, 50_368),
+    "answerdotai/ModernBERT-large": ModelShape("modernbert", 395_881_664, 28, 1024, 50_368),
+    "jhu-clsp/ettin-encoder-17m": ModelShape("modernbert", 17_000_000, 7, 256, 50_368),
+    "jhu-clsp/ettin-encoder-32m": ModelShape("modernbert", 32_000_000, 10, 384, 50_368),
+    "jhu-clsp/ettin-encoder-68m": ModelShape("modernbert", 68_000_000, 19, 512, 50_368),
+    "jhu-clsp/ettin-encoder-150m": ModelShape("modernbert", 150_000_000, 22, 768, 50_368),
+    "jhu-clsp/ettin-encoder-400m": ModelShape("modernbert", 400_000_000, 28, 1024, 50_368),
+    "jhu-clsp/ettin-encoder-1b": ModelShape("modernbert", 1_000_000_000, 28, 1792, 50_368),
+}
+
+
+def load_throughputs(path: str | Path | None = None) -> dict[str, Any]:
+    path = Path(path or THROUGHPUTS_PATH)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PlanError(f"throughputs file {path}: {exc}; fix: pass a JSON shaped like config/throughputs.json")
+
+
+def load_plan_config(path: str | Path) -> dict[str, Any]:
+    """A workflow config as the Snakefile sees it: recipes merged, validated, schema defaults filled."""
+    from snakemake.utils import validate
+
+    from splade_rescale.config import SCHEMA_PATH
+    from splade_rescale.recipes import RECIPES_PATH
+
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    with open(RECIPES_PATH) as f:
+        config["recipes"] = {**yaml.safe_load(f)["recipes"], **config.get("recipes", {})}
+    try:
+        validate_config(config)
+    except ConfigError as exc:
+        raise PlanError(f"{path}: {exc}") from None
+    validate(config, str(SCHEMA_PATH))
+    config.setdefault("reference_models", {})
+    return config
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, variant) of every model that is encoded, indexed and evaluated."""
+    return ([(b, v) for b in config["backbones"] for v in config["variants"]]
+            + [(r, "reference") for r in config.get("reference_models") or {}])
+
+
+def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
+    """Jobs per rule that ``snakemake all`` plans for a config from scratch (its 'Job stats')."""
+    _, corpus_specs = corpora(config["datasets"])
+    n_back, n_var = len(config["backbones"]), len(config["variants"])
+    n_models, n_corpora, n_datasets = len(models(config)), len(corpus_specs), len(config["datasets"])
+    data = config["training"]["data"]
+    jobs = {
+        "fetch_backbone": n_back, "norms_backbone": n_back, "backbone_summary": n_back,
+        "rescale_head": n_back * n_var, "norms_variant": n_back * n_var, "train": n_back * n_var,
+        "fetch_reference_model": len(config.get("reference_models") or {}),
+        "mine_negatives": int(data["source"] == "beir_local" and data.get("negatives") == "bm25"),
+        "encode_corpus": n_models * n_corpora, "impact_index": n_models * n_corpora,
+        "encode_queries": n_models * n_datasets, "impact_retrieve": n_models * n_datasets,
+        "evaluate": n_models * n_datasets,
+        "bm25_index": n_corpora, "bm25_retrieve": n_datasets, "evaluate_bm25": n_datasets,
+        "norms_table": 1, "tables": 1, "figures": 1, "all": 1,
+    }
+    jobs = {rule: n for rule, n in jobs.items() if n}
+    jobs["total"] = sum(jobs.values())
+    return jobs
+
+
+# --- sizes --------------------------------------------------------------------------------------
+
+def _mean_words(texts) -> tuple[int, float]:
+    n = words = 0
+    for text in texts:
+        n += 1
+        words += len(text.split())
+    return n, (words / n if n else 0.0)
+
+
+def corpus_size(name: str, spec: Mapping[str, Any], root: Path) -> Size:
+    """A corpus spec's documents: the published table, or counted from its local files."""
+    if spec["source"] == "ir_datasets" and not spec.get("subset"):
+        if spec["id"] not in CORPUS_SIZES:
+            raise PlanError(f"corpus {name} (ir_datasets {spec['id']!r}): size unknown; fix: add it to "
+                            "splade_rescale.plan.CORPUS_SIZES with its source")
+        return CORPUS_SIZES[spec["id"]]
+    from splade_rescale.datasets import load_corpus
+
+    docs, _ = load_corpus(name, spec, root)
+    return Size(*_mean_words(text for _, text in docs))
+
+
+def query_size(name: str, spec: Mapping[str, Any], root: Path) -> Size:
+    """A dataset's judged queries (the ones the workflow encodes and runs)."""
+    if spec["source"] == "ir_datasets" and not spec.get("subset"):
+        if spec["id"] not in QUERY_SIZES:
+            raise PlanError(f"datasets.{name} (ir_datasets {spec['id']!r}): query count unknown; fix: add it "
+                            "to splade_rescale.plan.QUERY_SIZES with its source")
+        return QUERY_SIZES[spec["id"]]
+    from splade_rescale.datasets import load_dataset
+
+    return Size(*_mean_words(load_dataset(name, spec, root).queries.values()))
+
+
+def training_lengths(data: Mapping[str, Any], root: Path) -> tuple[Size, Size]:
+    """Mean query and document words of the training data."""
+    if data["source"] == "ir_datasets" and str(data.get("id", "")).startswith("msmarco-passage"):
+        return MSMARCO_TRAIN
+    if data["source"] == "beir_local":
+        spec = {**data, "metrics": "beir"}
+        return query_size("training", spec, root), corpus_size("training", spec, root)
+    if data["source"] == "tsv_triples":
+        from splade_rescale.datasets import iter_triples_tsv
+
+        triples = list(iter_triples_tsv(root / data["path"]))
+        return Size(*_mean_words(q for q, _, _ in triples)), Size(*_mean_words(t for _, p, n in triples for t in (p, n)))
+    raise PlanError(f"training.data.source = {data['source']!r}: lengths unknown to the plan; fix: use MS MARCO "
+                    "triples, beir_local or tsv_triples, or extend splade_rescale.plan.training_lengths")
+
+
+# --- models -------------------------------------------------------------------------------------
+
+def _shape_of_config(config: Any) -> ModelShape:
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    with torch.device("meta"):
+        model = AutoModelForMaskedLM.from_config(config)
+    arch = "modernbert" if config.model_type == "modernbert" else "bert"
+    return ModelShape(arch, sum(p.numel() for p in model.parameters()), config.num_hidden_layers,
+                      config.hidden_size, config.vocab_size)
+
+
+def model_shape(name: str, spec: Mapping[str, Any], throughputs: Mapping[str, Any], root: Path) -> ModelShape:
+    """Architecture and size of a backbone or reference model, without downloading weights."""
+    own = (throughputs.get("models") or {}).get(name) or (throughputs.get("models") or {}).get(spec.get("repo_id"))
+    if own:
+        return ModelShape(**own)
+    source = spec["source"]
+    if source == "hf":
+        if spec["repo_id"] not in KNOWN_MODELS:
+            raise PlanError(f"{name}: {spec['repo_id']} is not in splade_rescale.plan.KNOWN_MODELS; fix: add "
+                            f'"models": {{"{name}": {{"architecture", "parameters", "layers", "hidden", "vocab"}}}} '
+                            "to the throughputs file")
+        return KNOWN_MODELS[spec["repo_id"]]
+    if source == "config":
+        from splade_rescale.config_backbones import model_config
+
+        return _shape_of_config(model_config(name, spec))
+    from transformers import AutoConfig
+
+    if source == "package":
+        import importlib
+
+        folder = Path(importlib.import_module(spec["package"]).get_model_path())
+    else:
+        folder = root / spec["path"]
+    return _shape_of_config(AutoConfig.from_pretrained(str(folder)))
+
+
+def tokens(words: float, tokens_per_word: float, max_length: int) -> float:
+    """Mean tokens of a text of ``words`` words, special tokens included, cut at ``max_length``."""
+    return min(float(max_length), 2 + words * tokens_per_word)
+
+
+# --- the plan -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ModelCost:
+    name: str
+    variant: str
+    shape: ModelShape
+    train_gpu_h: float = 0.0
+    encode_gpu_h: float = 0.0
+    index_cpu_h: float = 0.0
+    retrieve_cpu_h: float = 0.0       # at the measured QPS (no growth with the corpus): a lower bound
+    retrieve_cpu_h_high: float = 0.0  # QPS falling with the corpus (search_scaling_exponent): an upper bound
+    shard_bytes: float = 0.0       # all of this model's corpora (temporary)
+    index_bytes: float = 0.0
+    model_bytes: float = 0.0       # init + final (+ checkpoints) folders
+    other_bytes: float = 0.0       # query vectors, runs
+
+
+def _arch(throughputs: Mapping[str, Any], shape: ModelShape) -> dict[str, Any]:
+    archs = throughputs["gpu"]["architectures"]
+    if shape.architecture not in archs:
+        raise PlanError(f"throughputs gpu.architectures has no {shape.architecture!r}; fix: add its figures")
+    return archs[shape.architecture]
+
+
+def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
+    """Every figure of the plan, as plain data (``render_markdown`` prints it)."""
+    root = Path(root)
+    lucene, disk = throughputs["lucene"], throughputs["disk"]
+    tpw = float(throughputs["text"]["tokens_per_word"])
+    threads = int(config["retrieval"]["threads"])
+    k = int(config["retrieval"]["k"])
+    exponent = float(lucene["search_scaling_exponent"])
+    of_dataset, corpus_specs = corpora(config["datasets"])
+    corpus_sizes = {c: corpus_size(c, spec, root) for c, spec in corpus_specs.items()}
+    query_sizes = {d: query_size(d, spec, root) for d, spec in config["datasets"].items()}
+    train_q, train_d = training_lengths(config["training"]["data"], root)
+
+    def search_seconds(kind: str, corpus: str) -> tuple[float, float]:
+        """CPU seconds (one thread) per query on a corpus: at the measured QPS, and scaled by corpus size."""
+        seconds = 1 / float(lucene[f"{kind}_search_qps_per_thread"])
+        growth = max(1.0, corpus_sizes[corpus].count / float(lucene[f"{kind}_search_index_docs"])) ** exponent
+        return seconds, seconds * growth
+
+    costs: list[ModelCost] = []
+    for name, variant in models(config):
+        is_ref = variant == "reference"
+        spec = (config["reference_models"] if is_ref else config["backbones"])[name]
+        shape = model_shape(name, spec, throughputs, root)
+        ref = _arch(throughputs, shape)
+        speed = ref["parameters"] / shape.parameters  # throughput scales inversely with parameters
+        encoding = {**config["encoding"], **(spec.get("encoding") or {})}
+        cost = ModelCost(name, variant, shape)
+        if not is_ref:
+            recipe = resolve_recipe(config, name, variant)
+            per_query = (tokens(train_q.words, tpw, recipe["query_max_length"])
+                         + (1 + recipe["negatives_per_query"]) * tokens(train_d.words, tpw, recipe["doc_max_length"]))
+            qps = ref["train_queries_per_s"] * speed * ref["train_tokens_per_query"] / per_query
+            cost.train_gpu_h = recipe["steps"] * recipe["batch_size"] / qps / 3600
+            cost.model_bytes = 4 * shape.parameters * 2 + 12 * shape.parameters * recipe["keep_checkpoints"]
+        else:
+            cost.model_bytes = 4 * shape.parameters
+        for corpus, size in corpus_sizes.items():
+            per_doc = tokens(size.words, tpw, encoding["doc_max_length"])
+            dps = ref["encode_docs_per_s"] * speed * ref["encode_tokens_per_doc"] / per_doc
+            cost.encode_gpu_h += size.count / dps / 3600
+            cost.index_cpu_h += size.count / float(lucene["impact_index_docs_per_s_per_thread"]) / 3600
+            cost.shard_bytes += size.count * float(disk["shard_bytes_per_doc"])
+            cost.index_bytes += size.count * float(disk["impact_index_bytes_per_doc"])
+        for dataset, size in query_sizes.items():
+            q_len = query_max_length(encoding, config["datasets"][dataset])
+            qps = ref["encode_docs_per_s"] * speed * ref["encode_tokens_per_doc"] / tokens(size.words, tpw, q_len)
+            cost.encode_gpu_h += size.count / qps / 3600
+            corpus = of_dataset[dataset]
+            low, high = search_seconds("impact", corpus)
+            cost.retrieve_cpu_h += size.count * low / 3600
+            cost.retrieve_cpu_h_high += size.count * high / 3600
+            cost.other_bytes += size.count * (float(disk["query_vector_bytes_per_query"])
+                                              + k * float(disk["run_bytes_per_hit"]))
+        costs.append(cost)
+
+    bm25 = {
+        "index_cpu_h": sum(s.count for s in corpus_sizes.values())
+        / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600,
+        "retrieve_cpu_h": sum(size.count * search_seconds("bm25", of_dataset[d])[0]
+                              for d, size in query_sizes.items()) / 3600,
+        "retrieve_cpu_h_high": sum(size.count * search_seconds("bm25", of_dataset[d])[1]
+                                   for d, size in query_sizes.items()) / 3600,
+        "index_bytes": sum(s.count * s.words for s in corpus_sizes.values()) * float(disk["bm25_index_bytes_per_word"]),
+        "run_bytes": sum(s.count * k * float(disk["run_bytes_per_hit"]) for s in query_sizes.values()),
+    }
+    backbone_bytes = sum(4 * c.shape.parameters for c in costs if c.variant == list(config["variants"])[0])
+    final = (sum(c.index_bytes + c.model_bytes + c.other_bytes for c in costs) + bm25["index_bytes"]
+             + bm25["run_bytes"] + backbone_bytes)
+    largest_corpus = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
+    one_set = corpus_sizes[largest_corpus].count * float(disk["shard_bytes_per_doc"])
+    totals = {
+        "train_gpu_h": sum(c.train_gpu_h for c in costs),
+        "encode_gpu_h": sum(c.encode_gpu_h for c in costs),
+        "index_cpu_h": sum(c.index_cpu_h for c in costs) + bm25["index_cpu_h"],
+        "retrieve_cpu_h": sum(c.retrieve_cpu_h for c in costs) + bm25["retrieve_cpu_h"],
+        "retrieve_cpu_h_high": sum(c.retrieve_cpu_h_high for c in costs) + bm25["retrieve_cpu_h_high"],
+        "final_bytes": final,
+        "peak_bytes": final + one_set,
+        "peak_bytes_worst": final + sum(c.shard_bytes for c in costs),
+    }
+    totals["cpu_h"] = totals["index_cpu_h"] + totals["retrieve_cpu_h"]
+    totals["cpu_h_high"] = totals["index_cpu_h"] + totals["retrieve_cpu_h_high"]
+    return {
+        "config": config.get("experiment"), "threads": threads, "k": k, "jobs": planned_jobs(config),
+        "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
+        "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
+        "models": [dataclasses.asdict(c) for c in costs], "bm25": bm25, "totals": totals,
+        "largest_corpus": largest_corpus,
+        "ram": peak_ram(config, costs, corpus_sizes, throughputs),
+    }
+
+
+def peak_ram(config: Mapping[str, Any], costs: list[ModelCost], corpus_sizes: Mapping[str, Size],
+             throughputs: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Peak memory per job type (GiB), the largest over the models, from explicit formulas.
+
+    GPU, training: 16 B per parameter (fp32 weights and gradients, two AdamW moments) + activations
+    of 34 B x hidden per token per layer (Korthikanti et al. 2022, 'Reducing Activation Recomputation
+    in Large Transformer Models', bf16 without the attention-score term: SDPA/flash attention) over a
+    batch padded to the recipe's maxima + one fp32 vocabulary chunk of the fused head (tokens x chunk).
+    GPU, encoding: fp32 weights + one layer's activations and one vocabulary chunk for a batch.
+    Host: the throughputs file's floor + the model + document ids (encoding). Lucene: the JVM heap.
+    """
+    floor = float(throughputs["host"]["gpu_job_floor_gib"]) * GIB
+    heap = float(throughputs["lucene"]["jvm_heap_gib"]) * GIB
+    encoding = config["encoding"]
+    biggest = max(s.count for s in corpus_sizes.values())
+    out: dict[str, dict[str, float]] = {"train": {"gpu": 0.0, "host": 0.0}, "encode_corpus": {"gpu": 0.0, "host": 0.0}}
+    for c in costs:
+        s = c.shape
+        batch_tokens = encoding["batch_size"] * encoding["doc_max_length"]
+        enc_gpu = 4 * s.parameters + batch_tokens * (34 * s.hidden + 4 * 8192)
+        out["encode_corpus"]["gpu"] = max(out["encode_corpus"]["gpu"], enc_gpu / GIB)
+        out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"], (floor + 4 * s.parameters + 90 * biggest) / GIB)
+        if c.variant == "reference":
+            continue
+        r = resolve_recipe(config, c.name, c.variant)
+        step_tokens = r["batch_size"] * (r["query_max_length"] + (1 + r["negatives_per_query"]) * r["doc_max_length"])
+        train_gpu = 16 * s.parameters + step_tokens * (34 * s.hidden * s.layers + 4 * r["chunk_size"])
+        out["train"]["gpu"] = max(out["train"]["gpu"], train_gpu / GIB)
+        out["train"]["host"] = max(out["train"]["host"], (floor + 4 * s.parameters) / GIB)
+    largest_index = biggest * float(throughputs["disk"]["impact_index_bytes_per_doc"])
+    out["impact_index"] = {"gpu": 0.0, "host": heap / GIB}
+    out["impact_retrieve"] = {"gpu": 0.0, "host": heap / GIB, "mapped_index": largest_index / GIB}
+    out["bm25_index"] = {"gpu": 0.0, "host": heap / GIB}
+    return out
+
+
+# --- output -------------------------------------------------------------------------------------
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.1f}"
+
+
+def _h(n: float) -> str:
+    return f"{n:,.1f}" if n >= 0.1 else f"{n:.2g}"
+
+
+def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: str) -> str:
+    """The plan as Markdown: totals, one row per model, corpora, memory, jobs, assumptions."""
+    t, threads = plan["totals"], plan["threads"]
+    lines = [f"# What the run costs: {configfile}", "",
+             f"Estimated by `splade-rescale plan` from {throughputs_file}; every figure is an estimate "
+             "(assumptions below).", "",
+             "| total | |", "|---|---|",
+             f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
+             f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
+             f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_cpu_h'])} |",
+             f"| CPU core-hours, retrieval (measured QPS … linear in corpus size) | "
+             f"{_h(t['retrieve_cpu_h'])} … {_h(t['retrieve_cpu_h_high'])} |",
+             f"| wall hours of Lucene work at {threads} threads | {_h(t['cpu_h'] / threads)} … "
+             f"{_h(t['cpu_h_high'] / threads)} |",
+             f"| disk at the end (GB) | {_gb(t['final_bytes'])} |",
+             f"| peak disk (GB): final + one set of shards of the largest corpus ({plan['largest_corpus']}); "
+             f"worst case, every shard kept at once | {_gb(t['peak_bytes'])}; {_gb(t['peak_bytes_worst'])} |",
+             f"| Snakemake jobs | {plan['jobs']['total']} |", "",
+             "| model | variant | arch | parameters (M) | train GPU-h | encode GPU-h | index CPU-h | "
+             "retrieve CPU-h | shards GB (temp) | index GB | models GB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in plan["models"]:
+        s = m["shape"]
+        lines.append(f"| {m['name']} | {m['variant']} | {s['architecture']} | {s['parameters'] / 1e6:,.0f} | "
+                     f"{_h(m['train_gpu_h'])} | {_h(m['encode_gpu_h'])} | {_h(m['index_cpu_h'])} | "
+                     f"{_h(m['retrieve_cpu_h'])} … {_h(m['retrieve_cpu_h_high'])} | {_gb(m['shard_bytes'])} | "
+                     f"{_gb(m['index_bytes'])} | {_gb(m['model_bytes'])} |")
+    b = plan["bm25"]
+    lines += [f"| BM25 | – | – | – | – | – | {_h(b['index_cpu_h'])} | {_h(b['retrieve_cpu_h'])} … "
+              f"{_h(b['retrieve_cpu_h_high'])} | – | {_gb(b['index_bytes'])} | – |", "",
+              "| corpus | documents | mean words |", "|---|---|---|"]
+    lines += [f"| {c} | {s['count']:,} | {s['words']:.1f} |" for c, s in plan["corpora"].items()]
+    lines += ["", "| dataset | judged queries | mean words |", "|---|---|---|"]
+    lines += [f"| {d} | {s['count']:,} | {s['words']:.1f} |" for d, s in plan["queries"].items()]
+    lines += ["", "Peak memory per job type (GiB, the largest model):", "",
+              "| job | GPU | host |", "|---|---|---|"]
+    for job, r in plan["ram"].items():
+        host = f"{r['host']:.1f}" + (f" + {r['mapped_index']:.1f} mapped index (page cache)"
+                                     if "mapped_index" in r else "")
+        lines.append(f"| {job} | {r['gpu']:.1f} | {host} |")
+    lines += ["", "Jobs per rule (equal to `snakemake all -n --forceall`'s job stats):", "",
+              "| rule | jobs |", "|---|---|"]
+    lines += [f"| {rule} | {n} |" for rule, n in plan["jobs"].items()]
+    lines += ["", "Assumptions:", "", *[f"* {a}" for a in ASSUMPTIONS], ""]
+    return "\n".join(lines)
+
+
+ASSUMPTIONS = (
+    "GPU throughputs are the throughputs file's reference figures (default: sentence-transformers "
+    "SparseEncoder on an H200, bf16; ours not measured yet), scaled to a model by reference parameters / "
+    "parameters (with a tied decoder, forward FLOPs per token are about 2 x parameters) and to a text by "
+    "reference tokens / tokens (attention's quadratic term ignored).",
+    "Text tokens = 2 + words x tokens_per_word (measured 1.37 for BERT WordPiece on MS MARCO passages), cut at "
+    "the configured maximum; encoding sorts by length, so little padding. Training time uses mean lengths: "
+    "its batches are padded to their longest text, so it is an underestimate.",
+    "Training = recipe steps x batch size queries, each with 1 + negatives_per_query documents.",
+    "Lucene throughputs are per thread, scaled linearly up to retrieval.threads (CPU core-hours do not "
+    "depend on threads; wall hours = core-hours / threads). Impact indexing assumes ~180 non-zeros per "
+    "document as measured; denser models index more slowly and write more.",
+    "Retrieval is a range: at the measured QPS (small indexes), and with QPS falling linearly with corpus "
+    "size (an upper bound).",
+    "Disk: gzipped JsonVectorCollection shards are temp() (deleted once the corpus's impact index exists): "
+    "peak = final + the shards awaiting indexing; final = impact and BM25 indexes, models (init + final + "
+    "kept checkpoints with AdamW state at 12 B/parameter), backbones, query vectors and runs. The Hugging "
+    "Face and ir_datasets caches are not counted.",
+    "Memory: training 16 B/parameter + activations 34 B x hidden x layers per token (Korthikanti et al. "
+    "2022) at the recipe's maximum lengths + one fp32 vocabulary chunk; encoding fp32 weights + one "
+    "layer's activations and one chunk for a batch; Lucene jobs the JVM heap (throughputs lucene.jvm_heap_gib).",
+)
+
+
+def write_plan(configfile: str | Path, throughputs_file: str | Path | None, out: str | Path,
+               root: str | Path = ".") -> str:
+    """Build the plan of a config, write it to ``out`` (Markdown, plus the data as JSON beside it)."""
+    throughputs_path = Path(throughputs_file or THROUGHPUTS_PATH)
+    plan = build_plan(load_plan_config(configfile), load_throughputs(throughputs_path), root)
+    shown = throughputs_path.resolve()
+    shown = shown.relative_to(REPO) if shown.is_relative_to(REPO) else shown
+    text = render_markdown(plan, str(configfile), str(shown))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(plan, indent=1) + "\n")
+    return text

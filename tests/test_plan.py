@@ -1,0 +1,118 @@
+"""`splade-rescale plan`: job counts equal the dry run's, figures equal hand-computed ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import REPO
+from test_workflow import job_counts, snakemake
+
+from splade_rescale.plan import build_plan, load_plan_config, load_throughputs, planned_jobs
+
+
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/demo.yaml"])
+def test_planned_jobs_equal_the_dry_run(configfile):
+    proc = snakemake("all", "-n", "--forceall", "--cores", "8", "--quiet", "rules", "--configfile", configfile)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert planned_jobs(load_plan_config(REPO / configfile)) == job_counts(proc.stdout)
+
+
+TINY = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 30522}
+
+
+def _tiny_parameters() -> int:
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    return sum(p.numel() for p in BertForMaskedLM(config).parameters())
+
+
+def _small_setup(tmp_path):
+    """4 documents of 8 words and 2 queries of 3 words; one tiny backbone, one variant."""
+    data = tmp_path / "ds"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": "", "text": " ".join(["word"] * 8)}) + "\n" for i in range(4)))
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": "a b c"}) + "\n" for i in range(2)))
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\td1\t1\n")
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config.update(
+        experiment="small", reference_backbone="tiny",
+        backbones={"tiny": {"source": "config", "architecture": "bert", "sizes": TINY}},
+        variants={"baseline": {"policy": "constant", "factor": 1}},
+        training={"recipe": "demo-cpu", "data": {"source": "beir_local", "path": str(data), "split": "test"}},
+        encoding={"query_max_length": 32, "beir_query_max_length": 256, "doc_max_length": 64},
+        retrieval={"k": 10, "threads": 2},
+        datasets={"ds": {"source": "beir_local", "path": str(data), "split": "test", "metrics": "beir"}},
+    )
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(config))
+    throughputs = load_throughputs()
+    throughputs["gpu"]["architectures"]["bert"] = {
+        "parameters": _tiny_parameters(), "encode_docs_per_s": 100, "encode_tokens_per_doc": 10,
+        "train_queries_per_s": 10, "train_tokens_per_query": 100}
+    throughputs["text"]["tokens_per_word"] = 1.0
+    throughputs["lucene"].update(impact_index_docs_per_s_per_thread=2, impact_search_qps_per_thread=4,
+                                 impact_search_index_docs=2, search_scaling_exponent=1.0,
+                                 bm25_index_docs_per_s_per_thread=4, bm25_search_qps_per_thread=8,
+                                 bm25_search_index_docs=4, jvm_heap_gib=2)
+    throughputs["disk"].update(shard_bytes_per_doc=100, impact_index_bytes_per_doc=50, bm25_index_bytes_per_word=1,
+                               run_bytes_per_hit=7, query_vector_bytes_per_query=30)
+    path = tmp_path / "throughputs.json"
+    path.write_text(json.dumps(throughputs))
+    return tmp_path / "small.yaml", path
+
+
+def test_plan_figures_match_hand_computed_values(tmp_path):
+    configfile, throughputs = _small_setup(tmp_path)
+    plan = build_plan(load_plan_config(configfile), load_throughputs(throughputs))
+    (m,) = plan["models"]
+    assert m["shape"]["parameters"] == _tiny_parameters()  # speed factor 1
+    # documents: 2 + 8 words = 10 tokens -> 100 docs/s; queries (BEIR, cut at 256): 2 + 3 = 5 tokens -> 200/s
+    assert m["encode_gpu_h"] == pytest.approx((4 / 100 + 2 / 200) / 3600)
+    # demo-cpu: 24 steps x 8 queries; per query 5 + (1 + 1) x 10 = 25 tokens -> 10 x 100 / 25 = 40 queries/s
+    assert m["train_gpu_h"] == pytest.approx(24 * 8 / 40 / 3600)
+    assert m["index_cpu_h"] == pytest.approx(4 / 2 / 3600)
+    # search: 2 queries at 4 QPS; upper bound x (4 docs / 2) ** 1
+    assert m["retrieve_cpu_h"] == pytest.approx(2 / 4 / 3600)
+    assert m["retrieve_cpu_h_high"] == pytest.approx(2 / 4 * 2 / 3600)
+    assert (m["shard_bytes"], m["index_bytes"]) == (400, 200)
+    assert m["other_bytes"] == 2 * (30 + 10 * 7)
+    params = _tiny_parameters()
+    assert m["model_bytes"] == 8 * params + 12 * params * 2  # init + final, 2 kept checkpoints with AdamW state
+    bm25 = plan["bm25"]
+    assert bm25["index_cpu_h"] == pytest.approx(4 / 4 / 3600) and bm25["retrieve_cpu_h"] == pytest.approx(2 / 8 / 3600)
+    assert bm25["index_bytes"] == 32 and bm25["run_bytes"] == 2 * 10 * 7
+    t = plan["totals"]
+    final = 200 + m["model_bytes"] + m["other_bytes"] + 32 + 140 + 4 * params  # + the backbone folder
+    assert t["final_bytes"] == final and t["peak_bytes"] == final + 400 and t["peak_bytes_worst"] == final + 400
+    assert t["cpu_h"] == pytest.approx(4 / 2 / 3600 + 1 / 3600 + 2 / 4 / 3600 + 2 / 8 / 3600)
+    ram = plan["ram"]
+    assert ram["impact_index"]["host"] == 2
+    step_tokens = 8 * (32 + 2 * 64)
+    assert ram["train"]["gpu"] == pytest.approx((16 * params + step_tokens * (34 * 32 * 2 + 4 * 8192)) / 2 ** 30)
+
+
+def test_plan_command_writes_markdown_and_json(tmp_path):
+    from splade_rescale.cli import main
+
+    configfile, throughputs = _small_setup(tmp_path)
+    assert main(["plan", "--configfile", str(configfile), "--throughputs", str(throughputs),
+                 "--out", str(tmp_path / "plan.md")]) == 0
+    text = (tmp_path / "plan.md").read_text()
+    assert "| tiny | baseline | bert |" in text and "Assumptions:" in text
+    assert json.loads((tmp_path / "plan.json").read_text())["jobs"]["total"] == planned_jobs(
+        load_plan_config(configfile))["total"]
+
+
+def test_paper_plan_counts_corpus_work_once_and_names_unknown_sizes(tmp_path):
+    config = load_plan_config(REPO / "config/config.yaml")
+    plan = build_plan(config, load_throughputs())
+    assert plan["corpora"]["msmarco-passage"]["count"] == 8_841_823 and len(plan["corpora"]) == 14
+    assert plan["totals"]["peak_bytes"] > plan["totals"]["final_bytes"]
+    config["datasets"]["x"] = {"source": "ir_datasets", "id": "beir/cqadupstack/android", "metrics": "beir"}
+    with pytest.raises(ValueError, match="size unknown; fix: add it to splade_rescale.plan.CORPUS_SIZES"):
+        build_plan(config, load_throughputs())
