@@ -141,7 +141,6 @@ def test_sparse_model_estimate_is_close_to_the_real_sizes(model_dir, encoder, tm
     istats = lucene.build_impact_index(coll, tmp_path / "index", threads=1)
     assert est["shard_bytes"] == pytest.approx(stats["shard_bytes"], rel=0.5)
     assert est["index_bytes"] == pytest.approx(istats["index_size_bytes"], rel=1.0)
-    print("index bytes per non-zero:", istats["index_size_bytes"] / (stats["mean_nnz_per_doc"] * stats["n_docs"]))
 
 
 def test_encode_is_atomic(model_dir, encoder, tmp_path):
