@@ -13,6 +13,8 @@ rule evaluate:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
     log:
         "results/logs/evaluate/{backbone}.{variant}.{dataset}.log",
+    benchmark:
+        "results/benchmarks/evaluate/{backbone}.{variant}.{dataset}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -34,6 +36,8 @@ rule evaluate_bm25:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
     log:
         "results/logs/evaluate/bm25.{dataset}.log",
+    benchmark:
+        "results/benchmarks/evaluate/bm25.{dataset}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
