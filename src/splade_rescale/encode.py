@@ -102,10 +102,13 @@ class _TermStats:
                 "term_df": dict(sorted(self.df.items(), key=lambda kv: int(kv[0])))}
 
 
-def _chunks(it: Iterable, size: int) -> Iterator[list]:
+def _chunks(it: Iterable, size: int, first: int | None = None) -> Iterator[list]:
+    """Lists of ``size`` items (the first of ``first`` items, when given)."""
     it = iter(it)
-    while chunk := list(itertools.islice(it, size)):
+    n = first or size
+    while chunk := list(itertools.islice(it, n)):
         yield chunk
+        n = size
 
 
 def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batch_size: int,
@@ -151,7 +154,8 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     t0 = time.perf_counter()
     with atomic_dir(out_dir) as tmp, tqdm(total=total, desc="encode docs", unit="doc", mininterval=5) as bar:
         fh, written = None, 0
-        for chunk in _chunks(docs, min(chunk_size, size_sample) if budget_gb and total else chunk_size):
+        sample = min(chunk_size, size_sample) if budget_gb and total else None  # encoded before the estimate
+        for chunk in _chunks(docs, chunk_size, first=sample):
             vecs = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization,
                                   max_active_dims)
             for (docid, _), vec in zip(chunk, vecs):
