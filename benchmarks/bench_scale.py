@@ -160,17 +160,17 @@ def bench(sizes: list[int], work: Path, threads: int, max_length: int, batch_siz
         data = work / f"corpus-{n}"
         make_corpus(data, n)
         spec = {"source": "beir_local", "path": str(data), "split": "test", "metrics": "beir"}
-        encoding = {"head": "fused", "precision": "fp32", "query_max_length": 32, "doc_max_length": max_length,
-                    "batch_size": batch_size, "quantization": 100, "shard_size": 100_000}
+        encoding = {"head": "fused", "precision": "fp32", "doc_max_length": max_length, "batch_size": batch_size,
+                    "quantization": 100, "shard_size": 100_000, "index_budget_gb": None, "max_active_dims": None}
         encoded = work / f"encoded-{n}"
         coll = encoded / "corpus"
         cmd = [sys.executable, "-c", ENCODE_DRIVER,
-               "encode", "--model", str(model), "--name", f"synthetic-{n}", "--dataset", json.dumps(spec),
-            "--encoding", json.dumps(encoding), "--device", "cpu", "--threads", str(threads), "--out", str(encoded)]
+               "encode-corpus", "--model", str(model), "--name", f"synthetic-{n}", "--corpus", json.dumps(spec),
+               "--encoding", json.dumps(encoding), "--device", "cpu", "--threads", str(threads), "--out", str(coll)]
         rc, enc_rss, enc_s = run_measured(cmd, env, work / f"encode-{n}.log")
         assert rc == 0, (work / f"encode-{n}.log").read_text()[-3000:]
         stats = json.loads((encoded / "corpus.stats.json").read_text())
-        coll_mb = sum(p.stat().st_size for p in coll.glob("*.jsonl")) / 2**20
+        coll_mb = sum(p.stat().st_size for p in coll.glob("*.jsonl.gz")) / 2**20  # gzipped shards
         index = work / f"index-{n}"
         rc, idx_rss, idx_s = run_measured([sys.executable, "-c", INDEX_DRIVER, str(coll), str(index), str(threads)],
                                           env, work / f"index-{n}.log")
