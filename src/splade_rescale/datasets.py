@@ -231,9 +231,14 @@ def _checked_docs(name: str, spec: Mapping, stats: dict, keep: frozenset[str] | 
     stats.update(n_docs=n, n_empty_docs=n_empty)
 
 
-def load_corpus(name: str, spec: Mapping, root: str | Path = ".") -> tuple[Iterator[tuple[str, str]], int]:
+def load_corpus(name: str, spec: Mapping, root: str | Path = ".", count: bool = True
+                ) -> tuple[Iterator[tuple[str, str]], int | None]:
     """A corpus's (docid, text) stream and its document count, from a corpus spec
-    (:func:`splade_rescale.corpora.corpus_spec`): a dataset's subset, or a whole corpus."""
+    (:func:`splade_rescale.corpora.corpus_spec`): a dataset's subset, or a whole corpus.
+
+    ``count=False`` skips the extra pass over a local corpus that counting needs (the count
+    is then None unless it is free: a subset's size, ir_datasets' docs_count).
+    """
     if spec.get("subset"):
         ds = load_dataset(name, spec, root)
         return ds.iter_docs(), len(ds.doc_ids or ())
@@ -241,7 +246,7 @@ def load_corpus(name: str, spec: Mapping, root: str | Path = ".") -> tuple[Itera
     if spec["source"] == "ir_datasets":
         total = _irds(spec["id"]).docs_count()
     else:  # one cheap pass over the ids, so progress and size estimates know the total
-        total = sum(1 for _ in _raw_docs(spec))
+        total = sum(1 for _ in _raw_docs(spec)) if count else None
     return _checked_docs(name, spec, {}), total
 
 

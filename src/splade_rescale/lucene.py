@@ -333,7 +333,7 @@ def run_build_bm25_index(name: str, corpus_spec: Mapping, index_dir: str | Path,
     from splade_rescale.atomic import write_json
     from splade_rescale.datasets import load_corpus
 
-    stats = build_bm25_index(load_corpus(name, corpus_spec, root)[0], index_dir, threads)
+    stats = build_bm25_index(load_corpus(name, corpus_spec, root, count=False)[0], index_dir, threads)
     if stats_path:
         write_json(stats_path, stats)
     return stats

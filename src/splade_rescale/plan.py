@@ -192,7 +192,7 @@ def corpus_size(name: str, spec: Mapping[str, Any], root: Path) -> Size:
         return CORPUS_SIZES[spec["id"]]
     from splade_rescale.datasets import load_corpus
 
-    docs, _ = load_corpus(name, spec, root)
+    docs, _ = load_corpus(name, spec, root, count=False)
     return Size(*_mean_words(text for _, text in docs))
 
 

@@ -78,11 +78,14 @@ def corpus_encoding(backbone):
     return {k: model_encoding(backbone)[k] for k in keys}
 
 
-def query_encoding(backbone, dataset):
-    encoding = model_encoding(backbone)
-    keys = ("head", "precision", "batch_size", "quantization")
-    return {**{k: encoding[k] for k in keys},
-            "query_max_length": query_max_length(encoding, config["datasets"][dataset])}
+def query_encoding(backbone):
+    """The encoding settings a query encode depends on besides its length (dataset_query_length)."""
+    return {k: model_encoding(backbone)[k] for k in ("head", "precision", "batch_size", "quantization")}
+
+
+def dataset_query_length(backbone, dataset):
+    """A dataset's query length for a model: the dataset's own, BEIR's, or the MS MARCO one."""
+    return query_max_length(model_encoding(backbone), config["datasets"][dataset])
 
 
 def torch_device():

@@ -38,8 +38,8 @@ rule encode_queries:
         stats="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json",
     params:
         dataset=lambda w: as_json(config["datasets"][w.dataset]),
-        encoding=lambda w: as_json(query_encoding(w.backbone, w.dataset)),
-        max_length=lambda w: query_encoding(w.backbone, w.dataset)["query_max_length"],
+        encoding=lambda w: as_json(query_encoding(w.backbone)),
+        max_length=lambda w: dataset_query_length(w.backbone, w.dataset),
         device=torch_device(),
     threads: 2
     resources:
