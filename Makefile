@@ -22,8 +22,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all --cores $(CORES) --configfile config/demo.yaml
 
+# Two pytest workers (pytest-xdist), one test module each at a time: the demo module's workflow
+# runs while the other modules' tests use the other core's idle time.
 test: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(CORES) --dist loadscope --durations=15
 
 # A real SLURM (Debian's slurm-wlm + munge, installed here if missing) on this host, in a
 # temporary folder: tests/test_slurm_cluster.py, skipped by `make test` (no env var there).

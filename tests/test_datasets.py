@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from splade_rescale.datasets import DatasetError, default_exclude_self, doc_text, iter_triples_tsv, load_dataset
+from splade_rescale.datasets import (DatasetError, default_exclude_self, doc_text, iter_triples_tsv, load_corpus,
+                                     load_dataset)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "resources" / "demo"
@@ -198,3 +199,18 @@ def test_ir_datasets_offline_msmarco_dl19(tmp_path):
     assert got["queries"] == ref.queries and len(got["queries"]) == 43
     assert got["qrels"] == ref.qrels and sum(map(len, got["qrels"].values())) == 9260
     assert got["docs"] == docs  # MS MARCO passages: text only, no title
+
+
+def test_demo_msmarco_corpus_is_rebuilt_byte_for_byte(tmp_path):
+    """The committed shared DL19/DL20 demo corpus is what ``splade_rescale.demo_data`` builds."""
+    from splade_rescale.demo_data import OUT, build
+
+    counts = build(out=tmp_path)
+    committed = ROOT / OUT
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed.iterdir())
+    for path in tmp_path.iterdir():
+        assert path.read_bytes() == (committed / path.name).read_bytes(), path.name
+    docs, total = load_corpus("dl19-pool", {"source": "trec_local", "corpus": str(committed / "corpus.jsonl.gz")})
+    judged = {line.split()[2] for name in ("dl19", "dl20")
+              for line in (committed / f"qrels.{name}.txt").read_text().splitlines()}
+    assert judged <= {d for d, _ in docs} and total == counts["documents"] == 964

@@ -216,6 +216,13 @@ def stats_path_for(out: str | Path) -> Path:
     return out.with_name(out.name + ".stats.json")
 
 
+def bf16_autocast(enc: Encoder) -> bool | None:
+    """Whether the encoder computes under bf16 autocast (``precision: auto`` depends on the hardware)."""
+    from splade_rescale.splade import SpladeEncoder, uses_bf16
+
+    return uses_bf16(enc.device, enc.precision) if isinstance(enc, SpladeEncoder) else None
+
+
 def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
                   batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
                   *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
@@ -228,7 +235,8 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
     stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
                         budget_gb=budget_gb, max_active_dims=max_active_dims)
-    write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir), **stats})
+    write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
+                                         "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
 
 
@@ -242,7 +250,8 @@ def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str |
     ds = load_dataset(name, dataset_spec, root)
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
     stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
-    write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir), **stats})
+    write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir),
+                                          "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
 
 

@@ -30,10 +30,27 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bf16 in hardware: CUDA, or a CPU with AVX512-BF16 or AMX.
+
+    Elsewhere (an AVX2-only CPU) bf16 is emulated and far slower than fp32.
+    """
+    if device.type == "cuda":
+        return True
+    if device.type == "cpu":
+        return any(getattr(torch.cpu, probe, lambda: False)()
+                   for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return False
+
+
+def uses_bf16(device: torch.device, precision: Precision) -> bool:
+    """``bf16`` always; ``auto`` where the hardware has bf16 (:func:`native_bf16`); ``fp32`` never."""
+    return precision == "bf16" or (precision == "auto" and native_bf16(device))
+
+
 def autocast_for(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA by default; on CPU only when asked (fp32 is the CPU default)."""
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if use_bf16:
+    """bf16 autocast (fp32 weights) when :func:`uses_bf16`, else plain fp32."""
+    if uses_bf16(device, precision):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

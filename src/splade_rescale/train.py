@@ -43,7 +43,7 @@ from splade_rescale.heads import load_masked_lm, weights_dtype
 from splade_rescale.recipes import TrainingConfigError, check_recipe_keys
 from splade_rescale.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss,
                                    margin_mse_loss, regulariser_weight)
-from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device
+from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
 from splade_rescale.training_data import Example, example_stream, load_teacher_scores
 
 log = logging.getLogger("splade_rescale.train")  # not __name__, "__main__" under torchrun: train.log listens here
@@ -427,7 +427,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
                 "steps_done": step, "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec,
                 "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
                 "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
-                "bf16_autocast": recipe["precision"] == "bf16" or (recipe["precision"] == "auto" and dev.type == "cuda"),
+                "bf16_autocast": uses_bf16(dev, recipe["precision"]),
                 "head": recipe["head"], "last_log": last_row, "wall_s_this_run": time.perf_counter() - started,
                 "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
     if rank == 0:

@@ -41,7 +41,7 @@ rule encode_queries:
         encoding=lambda w: as_json(query_encoding(w.backbone)),
         max_length=lambda w: dataset_query_length(w.backbone, w.dataset),
         device=torch_device(),
-    threads: 2
+    threads: 1  # a query set is small: one thread, so that two run side by side on a CPU
     resources:
         gpu=gpu_count(),
     log:
