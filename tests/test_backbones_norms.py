@@ -34,6 +34,14 @@ def backbones(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def measured(backbones, tmp_path_factory):
+    """Both backbones' norm files, measured once: {name: (stats, path)}."""
+    root = tmp_path_factory.mktemp("norms")
+    return {name: (measure_model_dir(backbones / name / "model", PROBE, root / f"{name}.json", {"backbone": name}),
+                   root / f"{name}.json") for name in ("minilm", "minilm-x16")}
+
+
 def test_package_backbone_manifest(backbones):
     manifest = json.loads((backbones / "minilm/manifest.json").read_text())
     assert manifest["architecture"] == "BertForMaskedLM"
@@ -46,8 +54,8 @@ def test_package_backbone_manifest(backbones):
     assert inflated["synthetic"] is True and "SYNTHETIC" in " ".join(inflated["notes"])
 
 
-def test_norms_of_real_minilm_match_its_documented_values(backbones, tmp_path):
-    stats = measure_model_dir(backbones / "minilm/model", PROBE, tmp_path / "n.json", {"backbone": "minilm"})
+def test_norms_of_real_minilm_match_its_documented_values(measured):
+    stats, path = measured["minilm"]
     assert stats["decoder_frobenius_norm"] == pytest.approx(190.3, abs=0.1)
     assert stats["decoder_row_norm_mean"] == pytest.approx(1.07, abs=0.01)
     assert stats["decoder_tied_to_input_embeddings"] is True
@@ -55,16 +63,15 @@ def test_norms_of_real_minilm_match_its_documented_values(backbones, tmp_path):
     # identity transform + bias -4 gives lexical vectors of a few hundred terms, not ~28k
     assert 50 < stats["queries"]["mean_nonzeros"] < 2000
     assert stats["passages"]["mean_nonzeros"] > stats["queries"]["mean_nonzeros"]
-    assert json.loads((tmp_path / "n.json").read_text())["backbone"] == "minilm"
+    assert json.loads(path.read_text())["backbone"] == "minilm"
 
 
-def test_inflated_head_norm_and_activations_scale(backbones, tmp_path):
-    small = measure_model_dir(backbones / "minilm/model", PROBE, tmp_path / "a.json", {})
-    large = measure_model_dir(backbones / "minilm-x16/model", PROBE, tmp_path / "b.json", {})
+def test_inflated_head_norm_and_activations_scale(measured, tmp_path):
+    (small, small_path), (large, large_path) = measured["minilm"], measured["minilm-x16"]
     assert large["decoder_frobenius_norm"] == pytest.approx(16 * small["decoder_frobenius_norm"], rel=1e-6)
     assert large["queries"]["max_logit"] == pytest.approx(16 * small["queries"]["max_logit"], rel=1e-4)
     assert large["queries"]["mean_max_weight"] > 2 * small["queries"]["mean_max_weight"]
-    write_norms_table([tmp_path / "a.json", tmp_path / "b.json"], tmp_path / "t.md", tmp_path / "t.csv")
+    write_norms_table([small_path, large_path], tmp_path / "t.md", tmp_path / "t.csv")
     assert len((tmp_path / "t.csv").read_text().strip().splitlines()) == 3
 
 
@@ -81,13 +88,12 @@ def test_rescaling_the_stand_in_restores_the_original_head(backbones, tmp_path):
     assert json.loads((out / "rescale.json").read_text())["factor"] == 1 / 16
 
 
-def test_match_reference_policy_matches_mean_row_norm(backbones, tmp_path):
-    own = measure_model_dir(backbones / "minilm-x16/model", PROBE, tmp_path / "own.json", {})
-    ref = measure_model_dir(backbones / "minilm/model", PROBE, tmp_path / "ref.json", {})
+def test_match_reference_policy_matches_mean_row_norm(backbones, measured, tmp_path):
+    (own, own_path), (ref, ref_path) = measured["minilm-x16"], measured["minilm"]
     factor = resolve_factor({"policy": "match_reference", "reference": "minilm"}, own, ref)
     assert factor == pytest.approx(1 / 16, rel=1e-6)
     rescale_backbone(backbones / "minilm-x16/model", tmp_path / "m", "matched",
-                     {"policy": "match_reference", "reference": "minilm"}, tmp_path / "own.json", tmp_path / "ref.json")
+                     {"policy": "match_reference", "reference": "minilm"}, own_path, ref_path)
     matched = measure_model_dir(tmp_path / "m", PROBE, tmp_path / "m.json", {})
     assert matched["decoder_row_norm_mean"] == pytest.approx(ref["decoder_row_norm_mean"], rel=1e-5)
 

@@ -213,4 +213,4 @@ def test_demo_msmarco_corpus_is_rebuilt_byte_for_byte(tmp_path):
     docs, total = load_corpus("dl19-pool", {"source": "trec_local", "corpus": str(committed / "corpus.jsonl.gz")})
     judged = {line.split()[2] for name in ("dl19", "dl20")
               for line in (committed / f"qrels.{name}.txt").read_text().splitlines()}
-    assert judged <= {d for d, _ in docs} and total == counts["documents"] == 964
+    assert judged <= {d for d, _ in docs} and total == counts["documents"] == 719

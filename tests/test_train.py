@@ -159,24 +159,6 @@ def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:
     assert manifest["dtype"] == "float32" and not manifest["bf16_autocast"]
 
 
-def _cpu_flags() -> set[str]:
-    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    return set(flags.split(":", 1)[-1].split())
-
-
-@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads the CPU flags from /proc/cpuinfo")
-def test_auto_precision_uses_bf16_exactly_where_the_cpu_has_it(tiny_bert: Path, tmp_path: Path) -> None:
-    """``precision: auto`` on CPU: bf16 autocast with AVX512-BF16 or AMX (fast), fp32 without (emulated
-    bf16 is ~100x slower); the manifest says which it was."""
-    from splade_rescale.splade import native_bf16
-
-    native = bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
-    assert native_bf16(torch.device("cpu")) == native
-    manifest = run_training(tiny_bert, recipe=_recipe(steps=1, precision="auto"), data_spec=TRIPLES, device="cpu",
-                            **_paths(tmp_path / "out"))
-    assert manifest["bf16_autocast"] == native and manifest["dtype"] == "float32"
-
-
 def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
     p = _paths(out)
     return [sys.executable, "-m", "splade_rescale.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),

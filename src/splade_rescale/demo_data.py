@@ -23,9 +23,9 @@ OUT = "resources/demo/msmarco-dl19-dl20-demo"
 # Per query set: the subset drawn from the 28,606-passage pool (judged documents + random others).
 SUBSETS = {
     "dl19": {"queries": "queries.dl19.tsv", "qrels": "qrels/qrels.dl19-passage.in-pool.txt",
-             "subset": {"max_queries": 43, "max_judged_per_query": 8, "extra_docs": 150, "seed": 0}},
+             "subset": {"max_queries": 43, "max_judged_per_query": 6, "extra_docs": 100, "seed": 0}},
     "dl20": {"queries": "queries.dl20.tsv", "qrels": "qrels/qrels.dl20-passage.in-pool.txt",
-             "subset": {"max_queries": 54, "max_judged_per_query": 6, "extra_docs": 150, "seed": 0}},
+             "subset": {"max_queries": 54, "max_judged_per_query": 5, "extra_docs": 100, "seed": 0}},
 }
 
 
