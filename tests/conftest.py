@@ -9,6 +9,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")  # short JVMs: C1 JIT only (Makefile)
 
 REPO = Path(__file__).resolve().parents[1]
 # The real MS MARCO triples sample, as a training-data spec (tests/test_train.py and others).
