@@ -44,11 +44,13 @@ plan: $(STAMP)
 # (results/rehearsal-data), runs the workflow while sampling results/ for the peak disk
 # (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), fits CPU
 # throughputs to the run (results/rehearsal/throughputs-cpu.json) and prints the measured table with the
-# plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%).
+# plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). Smaller data:
+# PASSAGES=5000 DEV_QUERIES=200 BEIR_DOCS=2000 LONG_QUERIES=300 (same DAG, ~40 min on 2 busy cores).
 REHEARSAL := PATH=$(CURDIR)/$(BIN):$$PATH
 rehearsal: $(STAMP)
 	$(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data build --out results/rehearsal-data \
-		$(if $(PASSAGES),--passages $(PASSAGES))
+		$(if $(PASSAGES),--passages $(PASSAGES)) $(if $(DEV_QUERIES),--dev-queries $(DEV_QUERIES)) \
+		$(if $(BEIR_DOCS),--beir-docs $(BEIR_DOCS)) $(if $(LONG_QUERIES),--long-queries $(LONG_QUERIES))
 	$(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data watch --folder results \
 		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
 	$(REHEARSAL) $(BIN)/splade-rescale calibrate --configfile config/rehearsal.yaml \

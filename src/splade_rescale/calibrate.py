@@ -281,7 +281,7 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     unattributed = (disk["final_bytes"] - disk["start_bytes"]
                     - sum(j["bytes"] or 0 for j in jobs if j["rule"] != "encode_corpus"))
     cpu = {
-        "machine": machine or f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine or _machine(),
         "date": datetime.date.today().isoformat(),
         "source": f"`splade-rescale calibrate` of a finished run of {configfile} (results/benchmarks, output sizes, "
                   "results/rehearsal/disk.tsv)",
@@ -296,6 +296,15 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     cpu["snakemake_overhead_s_per_job"] = round(max(0.0, disk["wall_s"] - schedule) * cores / len(jobs), 3)
     cpu["cores"] = cores
     return cpu
+
+
+def _machine() -> str:
+    """CPU model and cores, for the label of the figures."""
+    try:
+        model = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M).group(1)
+    except (OSError, AttributeError):
+        model = platform.machine()
+    return f"{model}, {os.cpu_count()} cores"
 
 
 def _cores_of(run: Path) -> int:
