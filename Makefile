@@ -48,13 +48,21 @@ plan: $(STAMP)
 
 # Scale rehearsal (config/rehearsal.yaml): the paper's DAG at its shape on CPU, offline. Builds its data
 # (results/rehearsal-data), runs the workflow while sampling results/ for the peak disk
-# (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), then its plan.
+# (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), fits CPU
+# throughputs to the run (results/rehearsal/throughputs-cpu.json) and prints the measured table with the
+# plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). Smaller data:
+# PASSAGES=5000 DEV_QUERIES=200 BEIR_DOCS=2000 LONG_QUERIES=300 (same DAG, 36.7 min on 2 busy cores).
+REHEARSAL := PATH=$(CURDIR)/$(BIN):$$PATH
 rehearsal: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m splade_rescale.rehearsal_data build --out results/rehearsal-data \
-		$(if $(PASSAGES),--passages $(PASSAGES))
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m splade_rescale.rehearsal_data watch --folder results \
+	$(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data build --out results/rehearsal-data \
+		$(if $(PASSAGES),--passages $(PASSAGES)) $(if $(DEV_QUERIES),--dev-queries $(DEV_QUERIES)) \
+		$(if $(BEIR_DOCS),--beir-docs $(BEIR_DOCS)) $(if $(LONG_QUERIES),--long-queries $(LONG_QUERIES))
+	$(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data watch --folder results \
 		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile config/rehearsal.yaml --out results/rehearsal/plan.md
+	$(REHEARSAL) $(BIN)/splade-rescale calibrate --configfile config/rehearsal.yaml \
+		--out results/rehearsal/throughputs-cpu.json
+	$(REHEARSAL) $(BIN)/splade-rescale rehearsal-report --configfile config/rehearsal.yaml \
+		--throughputs results/rehearsal/throughputs-cpu.json --out-dir results/rehearsal
 
 lint: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml

@@ -381,11 +381,57 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
     p.add_argument("--throughputs", type=Path, default=None, help="per-unit costs (default config/throughputs.json)"),
     p.add_argument("--out", type=Path, default=Path("results/plan.md")),
+    p.add_argument("--cores", type=int, help="also predict a CPU run on this many cores (throughputs `cpu` section, "
+                   "default config/throughputs-cpu.json): wall time, peak and final disk"),
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
-    from splade_rescale.plan import write_plan
-    print(write_plan(args.configfile, args.throughputs, args.out))
+    from splade_rescale.plan import THROUGHPUTS_CPU_PATH, load_throughputs, write_plan
+    text = write_plan(args.configfile, args.throughputs, args.out)
+    if args.cores:
+        from splade_rescale.calibrate import predict_config, render_prediction
+        throughputs = load_throughputs(args.throughputs or THROUGHPUTS_CPU_PATH)
+        if "cpu" not in throughputs:
+            throughputs["cpu"] = load_throughputs(THROUGHPUTS_CPU_PATH)["cpu"]
+        text += "\n" + render_prediction(predict_config(args.configfile, throughputs, args.cores), args.cores,
+                                         throughputs["cpu"])
+        args.out.write_text(text)
+    print(text)
+
+
+@command("calibrate", lambda p: (
+    p.add_argument("--configfile", required=True, type=Path, help="the config of the finished run"),
+    p.add_argument("--run", type=Path, default=Path("."), help="the folder the run ran in (holds results/)"),
+    p.add_argument("--targets", nargs="+", default=["all"]),
+    p.add_argument("--machine", help="how to label the figures (default: CPU model and cores)"),
+    p.add_argument("--out", type=Path, required=True, help="throughputs JSON: config/throughputs.json + a cpu section"),
+))
+def calibrate_cmd(args: argparse.Namespace) -> None:
+    """CPU throughputs (per rule: fixed s + s per unit, bytes) fitted to a finished run's benchmarks."""
+    from splade_rescale.atomic import write_json
+    from splade_rescale.calibrate import calibrate
+    from splade_rescale.plan import load_throughputs
+    throughputs = load_throughputs()
+    throughputs.pop("cpu", None)
+    throughputs["cpu"] = calibrate(args.configfile, args.run, args.targets, throughputs, args.machine)
+    write_json(args.out, throughputs)
+    print(f"wrote {args.out}")
+
+
+@command("rehearsal-report", lambda p: (
+    p.add_argument("--configfile", required=True, type=Path),
+    p.add_argument("--throughputs", required=True, type=Path, help="with a cpu section (splade-rescale calibrate)"),
+    p.add_argument("--run", type=Path, default=Path(".")),
+    p.add_argument("--targets", nargs="+", default=["all"]),
+    p.add_argument("--out-dir", type=Path, default=Path("results/rehearsal")),
+))
+def rehearsal_report_cmd(args: argparse.Namespace) -> None:
+    """A finished run's measured table and the plan's prediction beside it (measured.md); fails outside +-35%."""
+    from splade_rescale.calibrate import report
+    text, ok = report(args.configfile, args.throughputs, args.out_dir, args.run, args.targets)
+    print(text)
+    if not ok:
+        raise RuntimeError("a predicted figure is outside +-35% of the measured one (see measured.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from splade_rescale.recipes import resolve_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 THROUGHPUTS_PATH = REPO / "config" / "throughputs.json"
+THROUGHPUTS_CPU_PATH = REPO / "config" / "throughputs-cpu.json"  # + a `cpu` section (calibrate)
 GIB = 1024 ** 3
 
 

@@ -67,17 +67,19 @@ def _recombined(sentences: list[str], n: int, rng: random.Random, prefix: str) -
 
 
 def build(out: str | Path, passages: int = 200_000, dev_queries: int = 1_000, beir_docs: int = 20_000,
-          seed: int = 0) -> dict[str, int]:
-    """Write the three collections under ``out``; return their document and query counts."""
+          long_queries: int = ARGUANA_QUERIES, seed: int = 0) -> dict[str, int]:
+    """Write the three collections under ``out``; return their document and query counts.
+
+    Below the real passages' count (a scaled-down rehearsal) the corpus is their first ``passages``:
+    DL qrels of documents left out then point outside the corpus, which only lowers recall.
+    """
     out = Path(out)
     rng = random.Random(seed)
     pool = list(_iter_jsonl_corpus(POOL / "corpus.jsonl.gz"))
     scifact = list(_iter_jsonl_corpus(SCIFACT / "corpus.jsonl.gz"))
     real = pool + [(f"sf{d}", t) for d, t in scifact]
-    if passages < len(real):
-        raise ValueError(f"--passages {passages} is below the {len(real)} real passages it includes")
     sentences = _sentences([t for _, t in real])
-    docs = real + _recombined(sentences, passages - len(real), rng, "rx")
+    docs = real[:passages] + _recombined(sentences, passages - len(real), rng, "rx")
     msmarco = out / "msmarco-like"
     _write_corpus(msmarco / "corpus.jsonl.gz", docs)
     for year in ("dl19", "dl20"):
@@ -97,7 +99,7 @@ def build(out: str | Path, passages: int = 200_000, dev_queries: int = 1_000, be
     shutil.copy(SCIFACT / "qrels" / "test.tsv", out / "scifact-like" / "qrels" / "test.tsv")
 
     long_docs = [(d, t.split()) for d, t in scifact if len(t.split()) >= 200]
-    long_docs = sorted(rng.sample(long_docs, min(ARGUANA_QUERIES, len(long_docs))))
+    long_docs = sorted(rng.sample(long_docs, min(long_queries, len(long_docs))))
     halves = {f"a{d}": (" ".join(w[:len(w) // 2]), " ".join(w[len(w) // 2:])) for d, w in long_docs}
     _write_beir(out / "arguana-like", [(f"{q}-reply", h[1]) for q, h in halves.items()]
                 + _recombined(sf_sentences, max(0, beir_docs // 2 - len(halves)), rng, "ax"),
@@ -146,15 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--out", default="results/rehearsal-data")
     b.add_argument("--passages", type=int, default=200_000)
     b.add_argument("--dev-queries", type=int, default=1_000)
+    b.add_argument("--beir-docs", type=int, default=20_000, help="SciFact-like documents (ArguAna-like: half)")
+    b.add_argument("--long-queries", type=int, default=ARGUANA_QUERIES, help="ArguAna-like queries")
     w = sub.add_parser("watch", help="run a command, recording the peak disk use of a folder")
     w.add_argument("--folder", default="results")
     w.add_argument("--out", default="results/rehearsal/disk.tsv")
+    w.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     w.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.cmd == "build":
-        print(json.dumps(build(args.out, args.passages, args.dev_queries)))
+        print(json.dumps(build(args.out, args.passages, args.dev_queries, args.beir_docs, args.long_queries)))
         return 0
-    return watch([c for c in args.command if c != "--"], args.folder, args.out)
+    return watch([c for c in args.command if c != "--"], args.folder, args.out, args.every)
 
 
 if __name__ == "__main__":
