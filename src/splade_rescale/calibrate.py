@@ -245,12 +245,17 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[str] = ("all",),
               throughputs: Mapping[str, Any] | None = None, machine: str | None = None) -> dict[str, Any]:
-    """A ``cpu`` throughputs section fitted to a finished run (its config, benchmarks, outputs, disk)."""
-    from splade_rescale.plan import load_throughputs
+    """A ``cpu`` throughputs section fitted to a finished run (its config, benchmarks, outputs, disk).
+
+    A rule whose jobs all have one size cannot separate fixed from per-unit time: it takes the
+    per-unit rate of ``throughputs``' own ``cpu`` section (default: config/throughputs-cpu.json,
+    the rehearsal's) or, for Lucene rules, of its Lucene figures, and fits the fixed part here.
+    """
+    from splade_rescale.plan import THROUGHPUTS_CPU_PATH, load_throughputs
 
     run = Path(run)
-    throughputs = dict(throughputs or load_throughputs())
-    throughputs.pop("cpu", None)
+    throughputs = dict(throughputs or load_throughputs(THROUGHPUTS_CPU_PATH))
+    prior = throughputs.pop("cpu", None)
     config = load_plan_config(configfile)
     sizes = Sizes(config, throughputs, run)
     jobs = measured_jobs(dry_run_jobs(configfile, targets, run), run)
@@ -265,9 +270,14 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
             continue
         points = [(job_units(j, sizes, j.get("nnz")), j["s"]) for j in mine]
         fixed, rate = _fit(points)
-        if not rate and rule in LUCENE_RATE and len({x for x, _ in points}) == 1:
+        one_size = len({x for x, _ in points}) == 1
+        if not rate and one_size and rule in LUCENE_RATE:
             # one size only: the per-unit rate from the throughputs' Lucene figures, the rest fixed
             rate = LUCENE_RATE[rule](throughputs["lucene"], int(config["retrieval"]["threads"]), sizes)
+            fixed = max(0.0, sum(y - rate * x for x, y in points) / len(points))
+        elif not rate and one_size and (prior or {}).get("rules", {}).get(rule, {}).get("s_per_unit"):
+            # one size only: the per-unit rate of an earlier calibration (the rehearsal's), the rest fixed here
+            rate = float(prior["rules"][rule]["s_per_unit"])
             fixed = max(0.0, sum(y - rate * x for x, y in points) / len(points))
         entry = {"jobs": len(mine), "unit": UNIT_NAMES.get(rule, "-"), "fixed_s": round(fixed, 3),
                  "s_per_unit": rate, "max_rss_mb": round(max(j["max_rss"] for j in mine), 1),

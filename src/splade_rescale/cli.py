@@ -410,9 +410,8 @@ def calibrate_cmd(args: argparse.Namespace) -> None:
     """CPU throughputs (per rule: fixed s + s per unit, bytes) fitted to a finished run's benchmarks."""
     from splade_rescale.atomic import write_json
     from splade_rescale.calibrate import calibrate
-    from splade_rescale.plan import load_throughputs
-    throughputs = load_throughputs()
-    throughputs.pop("cpu", None)
+    from splade_rescale.plan import THROUGHPUTS_CPU_PATH, load_throughputs
+    throughputs = load_throughputs(THROUGHPUTS_CPU_PATH)  # its cpu section: rates for one-size rules
     throughputs["cpu"] = calibrate(args.configfile, args.run, args.targets, throughputs, args.machine)
     write_json(args.out, throughputs)
     print(f"wrote {args.out}")
