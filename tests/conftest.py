@@ -61,3 +61,9 @@ def tiny_mlm_dir(request, tmp_path, minilm_path) -> Path:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(str(minilm_path)).save_pretrained(out)
     return out
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The demo workflow's module first: under ``pytest -n 2 --dist loadscope`` (``make test``) its
+    ten-minute workflow then starts at once, beside the other modules, instead of after them."""
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_demo_workflow.py")

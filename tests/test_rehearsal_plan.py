@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 from splade_rescale.calibrate import _fit, calibrate, dry_run_jobs, report
@@ -45,6 +47,7 @@ def _rehearse(folder: Path, passages: int, targets: tuple[str, ...]) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.serial
 def test_plan_calibrated_on_one_run_predicts_a_larger_one(tmp_path):
     small, large = tmp_path / "small", tmp_path / "large"
     print(f"calibration run (1,000 passages, 2 models): {_rehearse(small, 1_000, CALIBRATION_TARGETS):.0f} s")
