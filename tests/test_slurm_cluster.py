@@ -54,7 +54,7 @@ pytestmark = pytest.mark.skipif(
 
 PROFILE = "workflow/profiles/slurm-small"
 COPIED = ("Snakefile", "workflow", "config", "resources", "envs")
-DATASET = "dl19-pool"  # the demo's smallest collection
+DATASET = "dl19-pool"  # the demo's DL19 queries over its shared 719-passage MS MARCO corpus
 BACKBONE, VARIANT = "minilm", "baseline"
 NORMS = f"results/norms/{BACKBONE}.json"
 BM25 = f"results/metrics/bm25/{DATASET}.json"
@@ -238,7 +238,7 @@ def _copy_workflow(root: Path) -> Path:
     # A short training: the chain proves scheduling, not model quality (same in both copies).
     config["training"]["overrides"] = {BACKBONE: {"steps": 4, "warmup_steps": 1, "flops_warmup_steps": 2,
                                                   "log_every": 2, "checkpoint_every": 4}}
-    pool = "resources/demo/msmarco-dl19-dl20-pool"
+    pool = "resources/demo/msmarco-dl19-dl20-demo"
     config["datasets"]["broken"] = {**config["datasets"][DATASET], "corpus": "resources/broken/corpus.jsonl.gz",
                                     "note": "deliberately broken: the corpus is not gzip"}
     assert config["datasets"]["broken"]["queries"].startswith(pool)
