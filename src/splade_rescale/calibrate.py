@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 from splade_rescale.plan import (PlanError, corpus_size, load_plan_config, model_shape, models, query_size,
                                  tokens, training_lengths)
 from splade_rescale.recipes import resolve_recipe
+from splade_rescale.rehearsal_data import disk_bytes
 
 TOLERANCE = 0.35  # the issue's acceptance: predicted within +-35% of measured
 
@@ -183,12 +184,6 @@ def read_benchmark(path: Path) -> dict[str, float]:
             for k in ("s", "max_rss", "io_out", "cpu_time")}
 
 
-def _bytes(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
-
-
 def read_disk(path: Path) -> dict[str, float]:
     """The header of ``rehearsal_data watch``'s samples: wall s, peak and final bytes."""
     if not path.is_file():
@@ -210,7 +205,7 @@ def measured_jobs(jobs: list[dict], run: Path) -> list[dict]:
         if job["benchmark"] and (run / job["benchmark"]).is_file():
             job.update(read_benchmark(run / job["benchmark"]))
         patterns = OUTPUTS.get(job["rule"], [])
-        job["bytes"] = sum(_bytes(run / p.format(**job["wildcards"])) for p in patterns) if patterns else None
+        job["bytes"] = sum(disk_bytes(run / p.format(**job["wildcards"])) for p in patterns) if patterns else None
         if job["rule"] in ("encode_corpus", "impact_index"):
             w = job["wildcards"]
             stats = run / f"results/encoded/{w['backbone']}/{w['variant']}/corpora/{w['corpus']}.stats.json"
@@ -330,7 +325,7 @@ def input_bytes(config: Mapping[str, Any], run: Path) -> int:
         for key in ("corpus", "queries", "qrels", "path"):
             if key in spec and str(spec[key]).startswith("results/"):
                 paths.add(spec[key])
-    return sum(_bytes(run / p) for p in paths)
+    return sum(disk_bytes(run / p) for p in paths)
 
 
 # --- prediction ---------------------------------------------------------------------------------

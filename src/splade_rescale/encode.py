@@ -217,7 +217,7 @@ def stats_path_for(out: str | Path) -> Path:
 
 
 def bf16_autocast(enc: Encoder) -> bool | None:
-    """Whether the encoder computes under bf16 autocast (``precision: auto`` depends on the hardware)."""
+    """Whether the encoder computes under bf16 autocast (``precision: auto`` depends on the device)."""
     from splade_rescale.splade import SpladeEncoder, uses_bf16
 
     return uses_bf16(enc.device, enc.precision) if isinstance(enc, SpladeEncoder) else None

@@ -108,8 +108,11 @@ def build(out: str | Path, passages: int = 200_000, dev_queries: int = 1_000, be
             "arguana_queries": len(halves), "arguana_docs": max(len(halves), beir_docs // 2)}
 
 
-def _du(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+def disk_bytes(path: Path) -> int:
+    """Bytes under ``path``: a file's size, a folder's files summed, 0 when absent."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
 def watch(command: list[str], folder: str | Path, out: str | Path, every: float = 5.0) -> int:
@@ -122,7 +125,7 @@ def watch(command: list[str], folder: str | Path, out: str | Path, every: float 
     def sample() -> None:
         while not done.is_set():
             try:
-                samples.append((time.time() - start, _du(folder)))
+                samples.append((time.time() - start, disk_bytes(folder)))
             except FileNotFoundError:  # a file deleted while walking; the next sample sees the rest
                 pass
             done.wait(every)
@@ -132,7 +135,7 @@ def watch(command: list[str], folder: str | Path, out: str | Path, every: float 
     rc = subprocess.call(command)
     done.set()
     thread.join()
-    samples.append((time.time() - start, _du(folder)))
+    samples.append((time.time() - start, disk_bytes(folder)))
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as f:
         f.write(f"# command: {' '.join(command)}\n# exit status: {rc}\n# wall s: {samples[-1][0]:.0f}\n"
