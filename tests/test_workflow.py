@@ -94,3 +94,15 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "variants.rescaled.factor = 0" in proc.stderr + proc.stdout
     assert "bad.yaml" in proc.stderr + proc.stdout
+
+
+def test_cli_help_names_every_command_and_each_command_has_help(capsys):
+    """`splade-rescale --help` once crashed on a '%' in a command's summary (argparse %-formats help)."""
+    from splade_rescale.cli import COMMANDS, main
+
+    for argv in (["--help"], *([name, "--help"] for name in COMMANDS)):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0, argv
+    text = capsys.readouterr().out
+    assert all(name in text for name in COMMANDS) and "+-35%" in text

@@ -438,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (func, arguments) in COMMANDS.items():
-        p = sub.add_parser(name, help=(func.__doc__ or "").strip().split("\n")[0] or None)
+        summary = (func.__doc__ or "").strip().split("\n")[0].replace("%", "%%")  # argparse %-formats help
+        p = sub.add_parser(name, help=summary or None)
         arguments(p)
         p.set_defaults(func=func)
     return parser

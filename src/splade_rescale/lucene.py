@@ -221,25 +221,25 @@ def impact_search(index_dir: str | Path, query_vectors: Mapping[str, Mapping[str
 
 def bm25_search(index_dir: str | Path, queries: Mapping[str, str], k: int = 1000, threads: int = 1,
                 k1: float = 0.9, b: float = 0.4, exclude_self: bool = False) -> Run:
-    """BM25 top-k with Pyserini's defaults (k1=0.9, b=0.4, Anserini's English analyser)."""
-    ensure_pyserini()
-    from pyserini.search.lucene import LuceneSearcher
+    """BM25 top-k with Pyserini's defaults (k1=0.9, b=0.4, Anserini's English analyser).
 
-    searcher = LuceneSearcher(str(index_dir))
+    Anserini's SimpleSearcher is called directly, as Pyserini's LuceneSearcher does: importing
+    ``pyserini.search.lucene`` also imports Pyserini's dense encoders (torch, transformers,
+    scikit-learn), ~8 CPU-seconds per job for nothing.
+    """
+    JArrayList = _autoclass("java.util.ArrayList")
+    searcher = _autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
     try:
-        searcher.set_bm25(k1, b)
-        qids = list(queries)
-        res = searcher.batch_search([queries[q] for q in qids], qids, k=int(k + exclude_self),
-                                    threads=int(threads))
+        searcher.set_bm25(float(k1), float(b))
+        query_strings, qids = JArrayList(), JArrayList()
+        for qid, text in queries.items():
+            query_strings.add(text)
+            qids.add(qid)
+        run = _to_run(searcher.batch_search(query_strings, qids, int(k + exclude_self), int(threads)), k,
+                      exclude_self) if queries else {}
     finally:
         searcher.close()
-    run: Run = {}
-    for qid in qids:
-        hits = [(h.docid, float(h.score)) for h in res.get(qid, [])]
-        if exclude_self:
-            hits = [h for h in hits if h[0] != qid]
-        run[qid] = hits[:k]
-    return run
+    return {qid: run.get(qid, []) for qid in queries}
 
 
 def bm25_negatives(index_dir: str | Path, queries: Mapping[str, str], positives: Mapping[str, set[str]],

@@ -13,7 +13,7 @@ rule encode_corpus:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(w.backbone)),
         device=torch_device(),
-    threads: 2
+    threads: config["encoding"]["threads"]
     resources:
         gpu=gpu_count(),
     log:

@@ -38,7 +38,7 @@ rule train:
         checkpoints="results/models/{backbone}/{variant}/checkpoints",
         device=torch_device(),
         launcher=lambda w, resources: training_launcher(resources.gpu),
-    threads: 2
+    threads: config["training"]["threads"]
     resources:
         gpu=lambda w: train_gpus(w.backbone),
     log:
