@@ -62,6 +62,21 @@ def test_ranx_equals_trec_eval(tied):
         assert ours["mrr"][q] == pytest.approx(te_rr[q]["recip_rank"], abs=1e-4)
 
 
+def test_one_metric_and_unsorted_query_ids_line_up_with_trec_eval():
+    """ranx's typed lists hold queries sorted by id: the per-query scores must land on the right ids
+    whatever the run's order, with one metric (ranx then returns an array, not a dict) and with
+    judged queries that the run misses (scored 0)."""
+    qrels = {"q10": {"a": 1, "b": 0}, "q9": {"b": 2}, "Q1": {"c": 1}, "q2": {"a": 1}, "x": {"z": 1}}
+    run = {"q9": [("a", 3.0), ("b", 2.0)], "q10": [("a", 5.0), ("c", 1.0)], "q2": [("b", 2.0), ("a", 1.0)],
+           "Q1": [("b", 4.0), ("a", 3.0), ("c", 2.0)]}
+    ours = evaluate_run(qrels, run, {"nDCG@10": "ndcg@10"})["per_query"]["nDCG@10"]
+    te = _trec_eval(qrels, run, {"ndcg_cut.10"})
+    assert list(ours) == sorted(qrels) and ours["x"] == 0.0 and ours["q10"] == 1.0
+    for q in run:
+        assert ours[q] == pytest.approx(te[q]["ndcg_cut_10"], abs=1e-9), q
+    assert len({round(v, 6) for v in ours.values()}) == 4  # distinct scores: a shifted line-up would show
+
+
 def test_ranx_equals_trec_eval_beir_style_scifact_run():
     """Binary qrels, a tied run over SciFact: BEIR metric set against trec_eval."""
     ds = load_dataset("sf", {"source": "beir_local", "path": str(POOL.parent / "scifact"), "split": "test"})

