@@ -33,9 +33,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 def uses_bf16(device: torch.device, precision: Precision) -> bool:
     """``bf16`` always; ``auto`` on CUDA only; ``fp32`` never.
 
-    Not on CPU by default, even with AVX512-BF16/AMX: a demo run on such a CPU under bf16
-    autocast (2 cores shared with other jobs) took 236 CPU-s per training job against 80 in a
-    quiet fp32 run, and encoding gained ~10%; no clear win, so ``bf16`` must be asked for.
+    Not on CPU by default: without AVX512-BF16/AMX, bf16 matmuls run ~100x slower than fp32.
+    With AMX the evidence is mixed (one demo training job alone: 33 s bf16 against 45 s fp32;
+    an earlier comparison on a shared machine showed no gain), so there ``bf16`` is asked for.
     """
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
