@@ -81,7 +81,9 @@ class CalibrationError(ValueError):
 
 def dry_run_jobs(configfile: str | Path, targets: Sequence[str] = ("all",), workdir: str | Path = ".") -> list[dict]:
     """Jobs of ``snakemake <targets> -n --forceall``: rule, wildcards, threads, benchmark, deps (job ids)."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "--forceall", "--cores", "1",
+    # Cores enough that Snakemake prints each job's declared threads (with fewer it scales them down
+    # and a 2-thread training job would look like a 1-thread one); the schedule caps them at its cores.
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "--forceall", "--cores", "1024",
                            "--configfile", str(Path(configfile).resolve())],
                           cwd=workdir, capture_output=True, text=True, timeout=600)
     if proc.returncode:
@@ -295,10 +297,20 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
         "snakemake_overhead_s_per_job": 0.0,
         "rules": rules,
     }
-    # Snakemake's own time between jobs: what the run took beyond the schedule of its measured jobs.
+    # Snakemake's own time between jobs: the per-job overhead with which the schedule of the measured
+    # jobs lasts as long as the run did. Fitted through the schedule itself, not spread over the jobs'
+    # core-seconds, so that it carries over to a DAG of another width (a chain pays it once per job).
     cores = _cores_of(run)
-    schedule = predict(config, {**throughputs, "cpu": cpu}, jobs, cores, run, disk["start_bytes"])["wall_s"]
-    cpu["snakemake_overhead_s_per_job"] = round(max(0.0, disk["wall_s"] - schedule) * cores / len(jobs), 3)
+
+    def schedule(overhead: float) -> float:
+        cpu["snakemake_overhead_s_per_job"] = overhead
+        return predict(config, {**throughputs, "cpu": cpu}, jobs, cores, run, disk["start_bytes"])["wall_s"]
+
+    low, high = 0.0, max(0.0, disk["wall_s"] - schedule(0.0))  # every job paying the whole gap overshoots
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if schedule(middle) < disk["wall_s"] else (low, middle)
+    cpu["snakemake_overhead_s_per_job"] = round((low + high) / 2, 3)
     cpu["cores"] = cores
     return cpu
 
