@@ -302,9 +302,9 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     # core-seconds, so that it carries over to a DAG of another width (a chain pays it once per job).
     cores = _cores_of(run)
 
-    def schedule(overhead: float) -> float:
+    def schedule(overhead: float) -> float:  # the sizes counted above, not recounted ~30 times
         cpu["snakemake_overhead_s_per_job"] = overhead
-        return predict(config, {**throughputs, "cpu": cpu}, jobs, cores, run, disk["start_bytes"])["wall_s"]
+        return predict(config, {**throughputs, "cpu": cpu}, jobs, cores, run, disk["start_bytes"], sizes)["wall_s"]
 
     low, high = 0.0, max(0.0, disk["wall_s"] - schedule(0.0))  # every job paying the whole gap overshoots
     for _ in range(30):
@@ -343,17 +343,18 @@ def input_bytes(config: Mapping[str, Any], run: Path) -> int:
 # --- prediction ---------------------------------------------------------------------------------
 
 def predict(config: Mapping[str, Any], throughputs: Mapping[str, Any], jobs: list[dict], cores: int,
-            run: str | Path = ".", start_bytes: float | None = None) -> dict[str, Any]:
+            run: str | Path = ".", start_bytes: float | None = None, sizes: Sizes | None = None) -> dict[str, Any]:
     """Wall seconds, peak and final bytes of ``jobs`` on ``cores`` cores from ``throughputs['cpu']``.
 
     ``start_bytes``: what results/ holds before the run (default: the config's local datasets there).
+    ``sizes``: the config's counted sizes, when the caller predicts the same jobs several times.
     """
     cpu = throughputs.get("cpu")
     if not cpu:
         raise PlanError("throughputs has no `cpu` section; fix: pass config/throughputs-cpu.json or run "
                         "`splade-rescale calibrate` on a finished rehearsal")
     run = Path(run)
-    sizes = Sizes(config, throughputs, run)
+    sizes = sizes or Sizes(config, throughputs, run)
     rules = cpu["rules"]
     default_fixed = sorted(r["fixed_s"] for r in rules.values())[len(rules) // 2] if rules else 0.0
     overhead = float(cpu.get("snakemake_overhead_s_per_job", 0.0))
