@@ -20,6 +20,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertFo
 
 from splade_rescale.heads import init_identity_transform
 from splade_rescale.recipes import TrainingConfigError, resolve_recipe
+from splade_rescale.splade import cpu_has_amx, uses_bf16
 from splade_rescale.train import LOG_COLUMNS, run_training
 from splade_rescale.datasets import iter_triples_tsv
 from splade_rescale.training_data import TrainingDataError, example_stream, load_teacher_scores
@@ -240,3 +241,24 @@ def test_distillation_trains_on_teacher_scores(tiny_bert: Path, tmp_path: Path) 
     recipe = _recipe(steps=2, loss="margin_mse", teacher_scores=str(teacher))
     manifest = run_training(tiny_bert, recipe=recipe, data_spec=spec, device="cpu", **_paths(tmp_path / "out"))
     assert manifest["status"] == "ok" and manifest["last_log"]["loss_rank"] > 0
+
+
+@pytest.mark.parametrize("device,precision,amx,bf16", [
+    ("cpu", "auto", False, False),   # an avx2-only CPU: bf16 matmuls ~100x slower than fp32
+    ("cpu", "auto", True, True),     # AMX: bf16 is the faster path
+    ("cuda", "auto", False, True),
+    ("cpu", "fp32", True, False),
+    ("cuda", "fp32", False, False),
+    ("cpu", "bf16", False, True),
+])
+def test_auto_precision_is_bf16_on_cuda_and_on_amx_cpus_only(device: str, precision: str, amx: bool,
+                                                             bf16: bool) -> None:
+    assert uses_bf16(torch.device(device), precision, amx=amx) is bf16
+
+
+def test_auto_precision_on_this_cpu_follows_its_amx_flag_in_the_manifest(tmp_path: Path) -> None:
+    init = _save_tiny_bert(tmp_path / "init")
+    manifest = run_training(init, recipe={**_recipe(steps=1), "precision": "auto"}, data_spec=TRIPLES, device="cpu",
+                            **_paths(tmp_path / "out"))
+    assert manifest["bf16_autocast"] is cpu_has_amx()
+    assert manifest["status"] == "ok"
