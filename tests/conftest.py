@@ -64,6 +64,7 @@ def tiny_mlm_dir(request, tmp_path, minilm_path) -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The demo workflow's module first: under ``pytest -n 2 --dist loadscope`` (``make test``) its
-    ten-minute workflow then starts at once, beside the other modules, instead of after them."""
+    """The demo workflow's module first: under ``pytest -n 2 --dist loadscope --no-loadscope-reorder``
+    (``make test``) its ten-minute workflow then starts at once, beside the other modules, instead of
+    after them (tests/test_workflow.py::test_make_test_starts_the_demo_workflow_first)."""
     items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_demo_workflow.py")

@@ -106,3 +106,42 @@ def test_cli_help_names_every_command_and_each_command_has_help(capsys):
         assert exit_.value.code == 0, argv
     text = capsys.readouterr().out
     assert all(name in text for name in COMMANDS) and "+-35%" in text
+
+
+def _make_recipe_pytest_args(target: str, marker: str) -> list[str]:
+    """The pytest options of the Makefile recipe line of ``target`` that selects ``-m marker``."""
+    import shlex
+
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    recipe = text[text.index(f"\n{target}:"):].split("\n\n")[0]
+    line = next(l for l in recipe.splitlines() if f'-m "{marker}"' in l)
+    return shlex.split(line.split("-m pytest", 1)[1].replace("$(CORES)", "2"))
+
+
+def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
+    """The demo's ten-minute workflow must start at once on one xdist worker: xdist's loadscope
+    otherwise hands out the modules with the most tests first, and the demo (few tests) started
+    ~2 minutes late and ran alone at the end (parallel phase 673 s; demo first: 620 s).
+
+    A miniature suite, run with the Makefile's options and the project's conftest: two modules with
+    more tests than the demo's, each test recording when it started."""
+    args = _make_recipe_pytest_args("test", "not serial")
+    assert {"--dist", "loadscope"} <= set(args)
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "conftest.py").write_text((REPO / "tests/conftest.py").read_text())
+    body = ("import time\n\n"
+            "def _record(name):\n"
+            "    with open({log!r}, 'a') as f:\n"
+            "        f.write(name + ' ' + repr(time.monotonic()) + '\\n')\n"
+            "    time.sleep(0.3)\n\n")
+    log = str(tmp_path / "started.txt")
+    for module, n in (("test_aaa", 6), ("test_bbb", 5), ("test_demo_workflow", 2)):
+        (tests / f"{module}.py").write_text(body.format(log=log) + "".join(
+            f"def test_{i}():\n    _record('{module}')\n\n" for i in range(n)))
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "tests"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    started = [line.split()[0] for line in sorted(Path(log).read_text().splitlines(), key=lambda l: float(l.split()[1]))]
+    assert len(started) == 13
+    assert "test_demo_workflow" in started[:2], started  # one of the two workers' first tests
