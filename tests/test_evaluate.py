@@ -77,6 +77,36 @@ def test_one_metric_and_unsorted_query_ids_line_up_with_trec_eval():
     assert len({round(v, 6) for v in ours.values()}) == 4  # distinct scores: a shifted line-up would show
 
 
+def _numba_specialisations() -> int:
+    """Compiled specialisations of every numba function in ranx and in our ranx inputs."""
+    import sys
+
+    from numba.core.registry import CPUDispatcher
+
+    return sum(len(obj.signatures) for name, module in list(sys.modules.items())
+               if name.startswith(("ranx", "splade_rescale")) for obj in vars(module).values()
+               if isinstance(obj, CPUDispatcher))
+
+
+def test_ids_of_a_new_width_compile_nothing_new():
+    """ranx's Qrels/Run compiled numba functions anew for each string width of the ids: ~30 s per new
+    collection in a fresh environment. Our inputs to ranx's metrics have one signature."""
+    def case(width: int) -> tuple[dict, dict]:
+        ids = [f"{i:0{width}d}" for i in range(40)]
+        qrels = {f"q{q:0{width}d}": {ids[q]: 1, ids[q + 1]: 2} for q in range(20)}
+        run = {q: [(d, float(-i)) for i, d in enumerate(ids)] for q in qrels}
+        return qrels, run
+
+    evaluate_run(*case(3), "trec-dl")
+    compiled = _numba_specialisations()
+    for width in (7, 12):
+        qrels, run = case(width)
+        te = _trec_eval(qrels, run, {"ndcg_cut.10"})
+        ours = evaluate_run(qrels, run, "trec-dl")["per_query"]["nDCG@10"]
+        assert all(ours[q] == pytest.approx(te[q]["ndcg_cut_10"], abs=1e-9) for q in qrels)
+    assert _numba_specialisations() == compiled
+
+
 def test_ranx_equals_trec_eval_beir_style_scifact_run():
     """Binary qrels, a tied run over SciFact: BEIR metric set against trec_eval."""
     ds = load_dataset("sf", {"source": "beir_local", "path": str(POOL.parent / "scifact"), "split": "test"})

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -66,7 +65,9 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
 
     ``metrics``: a metric-set name (``msmarco``, ``trec-dl``, ``beir``) or {name: ranx metric}.
     """
-    from ranx import Qrels as RQrels, Run as RRun, evaluate
+    from ranx import evaluate
+
+    from splade_rescale.ranx_inputs import ranx_lists
 
     mset = metric_set(metrics) if isinstance(metrics, str) else dict(metrics)
     qrels = {q: {d: int(g) for d, g in v.items()} for q, v in qrels.items() if v}
@@ -75,17 +76,12 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
     judged_retrieved = {q for q in ordered if any(d in qrels[q] for d in ordered[q])}
     per_query: dict[str, dict[str, float]] = {}
     if ordered:
-        # ranx's Qrels and Run hold queries sorted by id; their typed lists go straight to ranx's
-        # metrics. Run.make_comparable and ranx's query-id check would call numba typed-dict methods
-        # from Python, which numba compiles anew in every process (~3 s of a ~6 s evaluate job).
-        rnames = list(mset.values())
-        with warnings.catch_warnings():  # numba's uint64->int64 cast notice inside ranx: harmless
-            warnings.filterwarnings("ignore", message="unsafe cast from uint64 to int64")
-            # ranx returns a lone metric's scores under its bare name ('ndcg' for 'ndcg@10') and then
-            # fails to find it: asked twice, one metric comes back in the dict like several.
-            scores = evaluate(RQrels({q: qrels[q] for q in ordered}).to_typed_list(), RRun(ordered).to_typed_list(),
-                              rnames if len(rnames) > 1 else rnames * 2, return_mean=False, threads=1)
         qids = sorted(ordered)
+        rnames = list(mset.values())
+        # ranx returns a lone metric's scores under its bare name ('ndcg' for 'ndcg@10') and then
+        # fails to find it: asked twice, one metric comes back in the dict like several.
+        scores = evaluate(*ranx_lists(qrels, ordered, qids), rnames if len(rnames) > 1 else rnames * 2,
+                          return_mean=False, threads=1)
         for name, rname in mset.items():
             assert len(scores[rname]) == len(qids), (rname, len(scores[rname]), len(qids))
             by_query = dict(zip(qids, map(float, scores[rname])))
