@@ -255,7 +255,7 @@ def test_figures_are_nonempty_png_and_pdf(fixture_results, tmp_path):
 
 def test_slurm_profile_dry_run_parses():
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--workflow-profile",
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--workflow-profile",
                            "workflow/profiles/slurm"], cwd=REPO, capture_output=True, text=True, env=env,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -30,7 +30,7 @@ def test_paper_dry_run_shows_the_whole_experiment():
 
     The SPLADE++ ED reference model is fetched and goes through the same chain, untrained.
     """
-    proc = snakemake("all", "-n", "--cores", "8")
+    proc = snakemake("all", "-n", "--forceall", "--cores", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
     backbones, variants, references, datasets, corpora = 9, 2, 1, 16, 14
