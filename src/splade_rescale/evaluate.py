@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -80,8 +81,10 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
         rnames = list(mset.values())
         # ranx returns a lone metric's scores under its bare name ('ndcg' for 'ndcg@10') and then
         # fails to find it: asked twice, one metric comes back in the dict like several.
-        scores = evaluate(*ranx_lists(qrels, ordered, qids), rnames if len(rnames) > 1 else rnames * 2,
-                          return_mean=False, threads=1)
+        with warnings.catch_warnings():  # numba's notice while compiling ranx's MRR kernel: harmless
+            warnings.filterwarnings("ignore", message="unsafe cast from uint64 to int64")
+            scores = evaluate(*ranx_lists(qrels, ordered, qids), rnames if len(rnames) > 1 else rnames * 2,
+                              return_mean=False, threads=1)
         for name, rname in mset.items():
             assert len(scores[rname]) == len(qids), (rname, len(scores[rname]), len(qids))
             by_query = dict(zip(qids, map(float, scores[rname])))
