@@ -32,11 +32,12 @@ demo: $(STAMP)
 # and runs while the other modules' tests use the other core. OMP_WAIT_POLICY=PASSIVE: two workers
 # oversubscribe the cores, and torch's OpenMP threads would otherwise spin while they wait (two 2-thread
 # trainings side by side: 76 s with spinning, 45 s passive; one alone: 30.5 s against 32-35 s).
-# Then the `serial` tests alone: they compare wall times of two runs, which a busy neighbour skews.
+# Then tests/serial/ alone (the `serial` tests, not the whole suite collected again): they compare
+# wall times of two runs, which a busy neighbour skews.
 test: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(CORES) \
 		--dist loadscope --no-loadscope-reorder -m "not serial" --durations=15
-	$(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m serial --durations=5
+	$(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m serial --durations=5 tests/serial
 
 # A real SLURM (Debian's slurm-wlm + munge, installed here if missing) on this host, in a
 # temporary folder: tests/test_slurm_cluster.py, skipped by `make test` (no env var there).

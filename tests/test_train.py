@@ -1,14 +1,13 @@
-"""Trainer: recipes, a normal run and its log, collapse detection, exact resume after SIGKILL, data streams."""
+"""Trainer: recipes, a normal run and its log, collapse detection, data streams.
+
+Resume after a kill: tests/test_reliability.py (the demo's MiniLM, one process, SIGTERM) and
+tests/test_train_distributed.py (two processes, SIGKILL).
+"""
 
 from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -158,34 +157,6 @@ def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:
     manifest = run_training(init, recipe=_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
     assert stored_dtypes(paths["final_dir"]) == {"F32"}
     assert manifest["dtype"] == "float32" and not manifest["bf16_autocast"]
-
-
-def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
-    p = _paths(out)
-    return [sys.executable, "-m", "splade_rescale.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),
-            "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
-            "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
-            "--data-json", json.dumps(TRIPLES), "--device", "cpu"]
-
-
-def test_sigkilled_run_resumes_to_identical_weights(tiny_bert: Path, tmp_path: Path) -> None:
-    recipe = _recipe(steps=8, checkpoint_every=2)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # Interrupted: killed right after its second checkpoint appears, then resumed in a fresh process.
-    proc = subprocess.Popen(_cli(tiny_bert, tmp_path / "a", recipe), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    ckpt = tmp_path / "a" / "checkpoints" / "step-0000004.pt"
-    while not ckpt.exists() and proc.poll() is None:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL and not (tmp_path / "a" / "final").exists()
-    subprocess.run(_cli(tiny_bert, tmp_path / "a", recipe), env=env, check=True, capture_output=True)
-    subprocess.run(_cli(tiny_bert, tmp_path / "b", recipe), env=env, check=True, capture_output=True)
-    resumed = AutoModelForMaskedLM.from_pretrained(tmp_path / "a" / "final").state_dict()
-    straight = AutoModelForMaskedLM.from_pretrained(tmp_path / "b" / "final").state_dict()
-    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
-    with open(tmp_path / "a" / "train_log.csv") as f:
-        assert [int(r["step"]) for r in csv.DictReader(f)] == list(range(1, 9))  # no duplicated rows
 
 
 def test_stream_is_seeded_and_skips() -> None:

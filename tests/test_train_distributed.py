@@ -8,22 +8,33 @@ after a checkpoint resumes to the weights of an uninterrupted one (each rank's R
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForMaskedLM
 
 from conftest import TRIPLES
 from splade_rescale.train import run_training
-from test_train import _cli, _paths, _recipe, _save_tiny_bert
+from test_train import _paths, _recipe, _save_tiny_bert
 
 # 4 queries a step: 2 per rank in 2 processes.
 RECIPE = {"batch_size": 4, "grad_accumulation": 1, "steps": 6, "checkpoint_every": 2, "keep_checkpoints": 1}
+
+
+def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
+    p = _paths(out)
+    return [sys.executable, "-m", "splade_rescale.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),
+            "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
+            "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
+            "--data-json", json.dumps(TRIPLES), "--device", "cpu"]
 
 
 def _launch(init: Path, out: Path, recipe: dict) -> list[subprocess.Popen]:
