@@ -142,7 +142,8 @@ def test_make_test_runs_the_serial_folder_alone_and_refuses_a_serial_test_elsewh
 def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
     """The demo's ten-minute workflow must start at once on one xdist worker: xdist's loadscope
     otherwise hands out the modules with the most tests first, and the demo (few tests) started
-    ~2 minutes late and ran alone at the end (parallel phase 673 s; demo first, with OMP_WAIT_POLICY=PASSIVE as well: 620 s).
+    ~2 minutes late and ran alone at the end (parallel phase 673 s; demo first, with
+    OMP_WAIT_POLICY=PASSIVE as well: 620 s).
 
     A miniature suite, run with the Makefile's options and the project's conftest: two modules with
     more tests than the demo's, each test recording when it started."""
