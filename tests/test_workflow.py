@@ -119,7 +119,7 @@ def _make_recipe_pytest_args(target: str, marker: str) -> list[str]:
 
 
 def test_make_test_runs_the_serial_folder_alone_and_refuses_a_serial_test_elsewhere(tmp_path: Path) -> None:
-    """The serial phase runs tests/serial/ only (collecting the whole suite again cost ~8 s of
+    """The serial phase runs tests/serial/ only (collecting the whole suite again cost 8-12 s of
     imports); a test marked serial outside it would be skipped by both phases, so collection fails."""
     args = _make_recipe_pytest_args("test", "serial")
     assert args[-1] == "tests/serial" and "-n" not in args
