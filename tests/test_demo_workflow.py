@@ -144,6 +144,21 @@ def test_rerun_has_nothing_to_do(demo: Path) -> None:
     assert "Job stats:" not in proc.stdout
 
 
+def test_runtime_settings_rerun_nothing(demo: Path) -> None:
+    """Batch size, device, shard size, size budget and Lucene threads change how fast a job runs,
+    not what it writes: after a finished demo, editing them plans no job (no encode, index, retrieve)."""
+    with open(demo / DEMO_CONFIG) as f:
+        config = yaml.safe_load(f)
+    config["device"] = "cpu"
+    config["encoding"].update(batch_size=7, shard_size=1234, index_budget_gb=55)
+    config["retrieval"]["threads"] = 2
+    changed = demo / "config/demo-runtime.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    proc = snakemake(demo, "all", "-n", "--cores", "2", "--configfile", str(changed))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr, planned_jobs(proc.stdout)
+
+
 def test_changing_one_backbone_reruns_only_its_chain(demo: Path, full_plan: list[dict]) -> None:
     text = (demo / DEMO_CONFIG).read_text()
     assert text.count("inflate_head: 16") == 1

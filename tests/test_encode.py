@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from splade_rescale import encode, lucene
+from splade_rescale.sparse_rows import prune, sparsify
 from splade_rescale.datasets import load_dataset
 from splade_rescale.evaluate import efficiency_stats, evaluate_run
 
@@ -57,11 +58,17 @@ def _read_collection(folder: Path) -> dict[str, dict]:
     return out
 
 
-def test_quantize():
-    reps = torch.tensor([[0.0, 0.004, 0.006, 1.234], [0.0, 0.0, 0.0, 0.0]])
-    assert encode.quantize(reps, 100) == [{"2": 1, "3": 123}, {}]
+def _dicts(rows):
+    return [rows.row(i) for i in range(rows.n_rows)]
+
+
+def test_sparsify_rounds_and_keeps_the_non_zeros():
+    reps = torch.tensor([[0.0, 0.004, 0.006, 1.234], [0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0]])
+    rows = sparsify(reps, 100)
+    assert _dicts(rows) == [{"2": 1, "3": 123}, {}, {"0": 50}]
+    assert rows.indptr.tolist() == [0, 2, 2, 3] and rows.terms.dtype.name == "int32"
     with pytest.raises(ValueError, match="negative"):
-        encode.quantize(torch.tensor([[-1.0]]), 100)
+        sparsify(torch.tensor([[-1.0]]), 100)
 
 
 def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
@@ -91,13 +98,13 @@ def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
         assert max(abs(va[d].get(t, 0) - vc[d].get(t, 0)) for t in keys) <= 1
     # a direct encode of one document gives its stored vector
     docid, text = next(load_dataset("x", SPEC).iter_docs())
-    assert encode.quantize(encoder.encode_batch([text], MAXLEN), 100)[0] == va[docid]
+    assert sparsify(encoder.encode_batch([text], MAXLEN), 100).row(0) == va[docid]
 
 
 def test_prune_keeps_the_top_k_weights():
     reps = torch.tensor([[0.1, 0.5, 0.0, 0.3, 0.2], [0.0, 0.0, 0.0, 0.0, 0.9]])
-    assert encode.quantize(encode.prune(reps, 2), 10) == [{"1": 5, "3": 3}, {"4": 9}]
-    assert torch.equal(encode.prune(reps, None), reps) and torch.equal(encode.prune(reps, 5), reps)
+    assert _dicts(sparsify(reps, 10, max_active_dims=2)) == [{"1": 5, "3": 3}, {"4": 9}]
+    assert torch.equal(prune(reps, None), reps) and torch.equal(prune(reps, 5), reps)
 
 
 def test_pruned_encode_has_at_most_k_terms_and_says_so(model_dir, encoder, tmp_path):
@@ -115,9 +122,12 @@ def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp
     class Dense:
         docs = 0
 
-        def encode_batch(self, texts, max_length):
+        def tokenize(self, texts, max_length):
+            return texts
+
+        def encode_sparse(self, texts, quantization, max_active_dims=None):
             Dense.docs += len(texts)
-            return torch.rand(len(texts), encoder.vocab_size) + 0.05  # every dimension non-zero
+            return sparsify(torch.rand(len(texts), encoder.vocab_size) + 0.05, quantization)  # all non-zero
 
     docs = [(f"d{i}", "some text") for i in range(500)]
     out = tmp_path / "coll"
@@ -147,16 +157,20 @@ def test_encode_is_atomic(model_dir, encoder, tmp_path):
     class Failing:
         calls = 0
 
-        def encode_batch(self, texts, max_length):
+        def tokenize(self, texts, max_length):
+            return encoder.tokenize(texts, max_length)
+
+        def encode_sparse(self, features, quantization, max_active_dims=None):
             Failing.calls += 1
             if Failing.calls > 2:
                 raise RuntimeError("boom")
-            return encoder.encode_batch(texts, max_length)
+            return encoder.encode_sparse(features, quantization, max_active_dims)
 
     out = tmp_path / "coll"
     with pytest.raises(RuntimeError, match="boom"):
         encode.encode_corpus(model_dir, SPEC, out, MAXLEN, batch_size=2, shard_size=2, encoder=Failing(), chunk_size=2)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".coll.partial"]  # no output; the work folder stays
+    assert not list((tmp_path / ".coll.partial" / "shards").glob("*.partial"))  # no half-written shard
 
 
 def test_encode_index_search_evaluate(model_dir, encoder, tmp_path):
@@ -227,8 +241,8 @@ def test_cli_chain_writes_the_evaluated_qrels_and_carries_too_dense_through(mode
         enc = json.dumps({**encoding, "index_budget_gb": budget})
         _cli("encode-corpus", *common, "--encoding", enc, "--name", "scifact", "--corpus", json.dumps(SPEC),
              "--out", root / "corpus")
-        _cli("encode-queries", *common, "--encoding", enc, "--name", "scifact", "--dataset", json.dumps(SPEC),
-             "--max-length", 16, "--out", root / "q.jsonl")
+        _cli("encode-queries", *common, "--encoding", enc, "--query-sets",
+             json.dumps({"q": {"spec": SPEC, "max_length": 16}}), "--out-dir", root)
         _cli("index", "--collection", root / "corpus", "--out", root / "index")
         _cli("retrieve", "--index", root / "index", "--queries", root / "q.jsonl", "--name", "scifact",
              "--dataset", json.dumps(SPEC), "--k", 20, "--run", root / "run.trec", "--stats", root / "run.json")
@@ -281,9 +295,8 @@ def test_a_long_beir_query_keeps_its_tail_terms(tmp_path):
     assert query_max_length(encoding, {**spec, "metrics": "trec-dl"}) == 32
     assert query_max_length(encoding, {**spec, "query_max_length": 64}) == 64
     enc = json.dumps({"head": "fused", "precision": "fp32", "batch_size": 4, "quantization": 100})
-    for n in (length, 32):
-        _cli("encode-queries", "--model", model, "--device", "cpu", "--encoding", enc, "--name", "arguana-like",
-             "--dataset", json.dumps(spec), "--max-length", n, "--out", tmp_path / f"q{n}.jsonl")
+    _cli("encode-queries", "--model", model, "--device", "cpu", "--encoding", enc, "--query-sets",
+         json.dumps({f"q{n}": {"spec": spec, "max_length": n} for n in (length, 32)}), "--out-dir", tmp_path)
     volcano = str(AutoTokenizer.from_pretrained(model).convert_tokens_to_ids("volcano"))
     assert volcano in lucene.read_query_vectors(tmp_path / f"q{length}.jsonl")["q1"]
     assert volcano not in lucene.read_query_vectors(tmp_path / "q32.jsonl")["q1"]

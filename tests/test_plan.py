@@ -54,6 +54,8 @@ def _small_setup(tmp_path):
     throughputs["gpu"]["architectures"]["bert"] = {
         "parameters": _tiny_parameters(), "encode_docs_per_s": 100, "encode_tokens_per_doc": 10,
         "train_queries_per_s": 10, "train_tokens_per_query": 100}
+    throughputs["gpu"]["job_startup_s"] = 3
+    throughputs["host"]["encode_host_docs_per_s"] = 150
     throughputs["text"]["tokens_per_word"] = 1.0
     throughputs["lucene"].update(impact_index_docs_per_s_per_thread=2, impact_search_qps_per_thread=4,
                                  impact_search_index_docs=2, search_scaling_exponent=1.0,
@@ -71,8 +73,11 @@ def test_plan_figures_match_hand_computed_values(tmp_path):
     plan = build_plan(load_plan_config(configfile), load_throughputs(throughputs))
     (m,) = plan["models"]
     assert m["shape"]["parameters"] == _tiny_parameters()  # speed factor 1
-    # documents: 2 + 8 words = 10 tokens -> 100 docs/s; queries (BEIR, cut at 256): 2 + 3 = 5 tokens -> 200/s
-    assert m["encode_gpu_h"] == pytest.approx((4 / 100 + 2 / 200) / 3600)
+    # documents: 2 + 8 words = 10 tokens -> 100 docs/s; queries (BEIR, cut at 256): 2 + 3 = 5 tokens -> 200/s,
+    # capped at the host's 150/s; 3 s start-up for each of the two GPU jobs (one corpus, one query job)
+    assert m["encode_gpu_h"] == pytest.approx((4 / 100 + 2 / 150 + 2 * 3) / 3600)
+    assert m["query_gpu_h"] == pytest.approx((2 / 150 + 3) / 3600)
+    assert plan["encode_rate"].startswith("forward-only") and "host" in plan["encode_rate"]
     # demo-cpu: 24 steps x 8 queries; per query 5 + (1 + 1) x 10 = 25 tokens -> 10 x 100 / 25 = 40 queries/s
     assert m["train_gpu_h"] == pytest.approx(24 * 8 / 40 / 3600)
     assert m["index_cpu_h"] == pytest.approx(4 / 2 / 3600)
@@ -94,6 +99,26 @@ def test_plan_figures_match_hand_computed_values(tmp_path):
     assert ram["impact_index"]["host"] == 2
     step_tokens = 8 * (32 + 2 * 64)
     assert ram["train"]["gpu"] == pytest.approx((16 * params + step_tokens * (34 * 32 * 2 + 4 * 8192)) / 2 ** 30)
+
+
+def test_plan_uses_a_measured_end_to_end_encode_rate(tmp_path):
+    configfile, throughputs = _small_setup(tmp_path)
+    figures = load_throughputs(throughputs)
+    figures["gpu"]["architectures"]["bert"]["encode_e2e_docs_per_s"] = 50
+    plan = build_plan(load_plan_config(configfile), figures)
+    # end to end 50 docs/s at 10 tokens: documents 50/s, 5-token queries 100/s; no host cap
+    assert plan["models"][0]["encode_gpu_h"] == pytest.approx((4 / 50 + 2 / 100 + 2 * 3) / 3600)
+    assert plan["encode_rate"].startswith("end-to-end")
+
+
+def test_paper_query_encoding_is_under_two_percent_of_every_models_gpu_time():
+    """One encode_queries job per model (not one per model and dataset): start-ups stay small."""
+    config = load_plan_config(REPO / "config/config.yaml")
+    plan = build_plan(config, load_throughputs())
+    assert plan["jobs"]["encode_queries"] == len(plan["models"]) == 19
+    assert plan["totals"]["query_share_max"] < 0.02
+    for m in plan["models"]:
+        assert m["query_gpu_h"] < 0.02 * (m["train_gpu_h"] + m["encode_gpu_h"]), m["name"]
 
 
 def test_plan_command_writes_markdown_and_json(tmp_path):

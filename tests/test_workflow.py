@@ -44,7 +44,8 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert counts["train"] == trained  # no training for the reference model
     for rule in ("encode_corpus", "impact_index"):
         assert counts[rule] == models * corpora, rule
-    for rule in ("encode_queries", "impact_retrieve", "evaluate"):
+    assert counts["encode_queries"] == models  # one job per model for all its query sets
+    for rule in ("impact_retrieve", "evaluate"):
         assert counts[rule] == models * datasets, rule
     assert counts["bm25_index"] == corpora
     for rule in ("bm25_retrieve", "evaluate_bm25"):

@@ -59,16 +59,21 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_UMASK)
     try:
         yield tmp
-        old = None
-        if final.exists() or final.is_symlink():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
-            os.replace(final, old / "x")
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def replace_dir(src: Path, final: Path) -> None:
+    """Rename folder ``src`` to ``final``; a previous ``final`` is moved aside first, then deleted."""
+    old = None
+    if final.exists() or final.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+        os.replace(final, old / "x")
+    os.replace(src, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -43,8 +43,7 @@ OUTPUTS = {
     "rescale_head": ["results/models/{backbone}/{variant}/init"],
     "train": ["results/models/{backbone}/{variant}/final", "results/models/{backbone}/{variant}/checkpoints",
               "results/models/{backbone}/{variant}/manifest.json", "results/models/{backbone}/{variant}/train_log.csv"],
-    "encode_queries": ["results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl",
-                       "results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json"],
+    "encode_queries": ["results/encoded/{backbone}/{variant}/queries"],  # one job per model, all datasets
     "impact_index": ["results/indexes/{backbone}/{variant}/{corpus}"],
     "bm25_index": ["results/indexes/bm25/{corpus}"],
     "impact_retrieve": ["results/runs/{backbone}/{variant}/{dataset}.trec",
@@ -140,11 +139,11 @@ def job_units(job: Mapping[str, Any], sizes: Sizes, nnz: float | None = None) ->
     if rule == "encode_corpus":
         size = sizes.corpora[w["corpus"]]
         return size.count * tokens(size.words, sizes.tpw, encoding["doc_max_length"]) * params
-    if rule == "encode_queries":
+    if rule == "encode_queries":  # every dataset's queries, each at its own length
         from splade_rescale.config import query_max_length
 
-        size = sizes.queries[w["dataset"]]
-        return size.count * tokens(size.words, sizes.tpw, query_max_length(encoding, cfg["datasets"][w["dataset"]])) * params
+        return sum(size.count * tokens(size.words, sizes.tpw, query_max_length(encoding, cfg["datasets"][d])) * params
+                   for d, size in sizes.queries.items())
     if rule == "train":
         r = resolve_recipe(cfg, w["backbone"], w["variant"])
         per_query = (tokens(sizes.train_q.words, sizes.tpw, r["query_max_length"])
@@ -168,7 +167,7 @@ def byte_units(job: Mapping[str, Any], sizes: Sizes, nnz: float | None = None) -
     """The unit a job's output bytes scale with (BYTE_UNITS, else its time unit)."""
     rule, w = job["rule"], job["wildcards"]
     if rule == "encode_queries":
-        return sizes.queries[w["dataset"]].count
+        return sum(size.count for size in sizes.queries.values())
     if rule in ("impact_retrieve", "bm25_retrieve"):
         return sizes.queries[w["dataset"]].count * int(sizes.config["retrieval"]["k"])
     if rule == "encode_corpus":  # shards: postings

@@ -170,9 +170,20 @@ def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--training-manifest", type=Path)
     p.add_argument("--encoding", type=json_arg, required=True,
-                   help="head, precision, batch_size, quantization (+ the corpus settings), as JSON")
+                   help="the settings the vectors depend on (head, precision, quantization, lengths), as JSON")
+    p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
+                   help="settings that do not change the vectors (batch_size, shard_size, index_budget_gb, "
+                        "index_threads), as JSON; kept out of Snakemake's params so editing them reruns nothing")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int)
+
+
+RUNTIME_DEFAULTS = {"batch_size": 32, "shard_size": 100_000, "index_budget_gb": None, "index_threads": 1}
+
+
+def _runtime(args: argparse.Namespace) -> dict[str, Any]:
+    """Runtime settings: the defaults, then any given in --encoding, then --runtime."""
+    return {k: args.runtime.get(k, args.encoding.get(k, v)) for k, v in RUNTIME_DEFAULTS.items()}
 
 
 def _encoder(args: argparse.Namespace):
@@ -192,7 +203,8 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """Encode a corpus once for all its query sets (gzipped JsonVectorCollection shards).
 
     A collapsed model, or a corpus estimated above ``index_budget_gb``, leaves a SKIPPED
-    record instead of shards: the later stages pass it on and the tables show it.
+    record instead of shards: the later stages pass it on and the tables show it. A run killed
+    part-way resumes after its last finished shard.
     """
     from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.encode import TooDenseError, encode_corpus, stats_path_for
@@ -204,11 +216,12 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 
     if record := collapsed(args.training_manifest):
         return skip(record)
-    enc = args.encoding
+    enc, run = args.encoding, _runtime(args)
     try:
-        encode_corpus(args.model, args.corpus, args.out, enc["doc_max_length"], enc["batch_size"],
-                      enc["quantization"], shard_size=enc["shard_size"], name=args.name, encoder=_encoder(args),
-                      budget_gb=enc.get("index_budget_gb"), max_active_dims=enc.get("max_active_dims"))
+        encode_corpus(args.model, args.corpus, args.out, enc["doc_max_length"], run["batch_size"],
+                      enc["quantization"], head=enc["head"], shard_size=run["shard_size"], name=args.name,
+                      encoder=_encoder(args), precision=enc["precision"], budget_gb=run["index_budget_gb"],
+                      max_active_dims=enc.get("max_active_dims"), index_threads=run["index_threads"])
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
@@ -216,22 +229,22 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 
 @command("encode-queries", lambda p: (
     model_args(p),
-    p.add_argument("--name", required=True, help="dataset name in the config"),
-    p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON"),
-    p.add_argument("--max-length", type=int, required=True, help="query tokens (config.query_max_length)"),
-    p.add_argument("--out", required=True, type=Path, help="query-vector JSONL; stats JSON beside it"),
+    p.add_argument("--query-sets", type=json_arg, required=True,
+                   help='dataset name -> {"spec": its config entry, "max_length": query tokens}, as JSON'),
+    p.add_argument("--out-dir", required=True, type=Path,
+                   help="folder of {dataset}.jsonl query vectors, each with its stats JSON beside"),
 ))
 def encode_queries_cmd(args: argparse.Namespace) -> None:
-    """Encode a dataset's judged queries (its corpus is encoded once, by encode-corpus)."""
+    """Encode every dataset's judged queries with one model load (corpora: encode-corpus)."""
     from splade_rescale.atomic import write_json, write_text
-    from splade_rescale.encode import encode_queries, stats_path_for
+    from splade_rescale.encode import encode_query_sets, stats_path_for
     if record := collapsed(args.training_manifest):
-        write_text(args.out, "")
-        write_json(stats_path_for(args.out), record)
+        for name in args.query_sets:
+            write_text(args.out_dir / f"{name}.jsonl", "")
+            write_json(stats_path_for(args.out_dir / f"{name}.jsonl"), record)
         return
-    enc = args.encoding
-    encode_queries(args.model, args.dataset, args.out, args.max_length, enc["batch_size"], enc["quantization"],
-                   name=args.name, encoder=_encoder(args))
+    encode_query_sets(args.model, args.query_sets, args.out_dir, _runtime(args)["batch_size"],
+                      args.encoding["quantization"], encoder=_encoder(args))
 
 
 @command("index", lambda p: (

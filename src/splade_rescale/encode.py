@@ -6,9 +6,18 @@ tokenisation for every vocabulary (WordPiece ``##`` pieces, byte-level BPE ``Ġ`
 tokens containing spaces or punctuation alike), and queries use the same ids.
 Weights are ``round(w * quantization)``; zeros are dropped.
 
+The device does the dense work: the encoder hands the host only each text's non-zero
+quantised weights (:mod:`splade_rescale.sparse_rows`). Host work overlaps the device: a
+tokeniser thread prepares the next batch while the model runs, and a writer thread formats,
+compresses and writes the previous chunk (:class:`splade_rescale.shards.ShardWriter`).
+
 Memory stays bounded whatever the corpus size: documents are read in chunks of
 ``chunk_size``, sorted by length inside the chunk (less padding), encoded in batches and
-written back in corpus order. Shards are gzipped (Anserini reads ``.jsonl.gz``).
+written back in corpus order. Chunks are cut at shard boundaries, so a shard's batches depend
+on the shard alone: a run killed after ``k`` finished shards resumes at shard ``k`` (in a
+work folder beside the output, which Snakemake does not delete) and writes the same bytes as
+an uninterrupted run. There are at least ``index_threads`` shards when the corpus is large
+enough (Anserini indexes each file on one thread).
 
 Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
 with thousands of non-zeros per document would write terabytes. After the first
@@ -20,27 +29,30 @@ weights (sentence-transformers' name for the same pruning); off by default.
 
 from __future__ import annotations
 
-import gzip
-import io
+import hashlib
 import itertools
 import json
 import logging
+import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
-from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+from splade_rescale.atomic import atomic_file, write_json
+from splade_rescale.shards import (COMPRESSOR, GZIP_LEVEL, Batches, ShardFolder, ShardWriter, TermStats, VectorLines, query_prefix,
+                                   shard_docs_for)
+from splade_rescale.sparse_rows import SparseRows
 
 log = logging.getLogger(__name__)
 
 
 # Bytes a Lucene impact index takes per non-zero document weight (postings, frequencies,
-# skip data, term dictionary): 10.3 MB for 28,606 MS MARCO passages of ~180 non-zeros (2.0 B),
-# 2.7-3.5 B on the demo's 300-500-passage indexes (fixed overhead); used only for the estimate.
+# skip data, term dictionary), measured on MS MARCO passages of ~180 non-zeros (2.0 B) and
+# higher on the demo's small indexes (fixed overhead); used only for the estimate.
 INDEX_BYTES_PER_NONZERO = 2.0
 
 
@@ -49,7 +61,12 @@ class TooDenseError(RuntimeError):
 
 
 class Encoder(Protocol):
-    def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor: ...
+    """Tokenise on the host (any thread); encode to host CSR rows, the dense work on the device."""
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> Any: ...
+
+    def encode_sparse(self, features: Any, quantization: float, max_active_dims: int | None = None
+                      ) -> SparseRows: ...
 
 
 def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None,
@@ -60,76 +77,21 @@ def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None 
     return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision)
 
 
-def prune(reps: torch.Tensor, max_active_dims: int | None) -> torch.Tensor:
-    """Keep each row's ``max_active_dims`` largest weights (None: keep all)."""
-    if not max_active_dims or reps.shape[-1] <= max_active_dims:
-        return reps
-    values, idx = reps.topk(max_active_dims, dim=-1)
-    return torch.zeros_like(reps).scatter_(-1, idx, values)
-
-
-def quantize(reps: torch.Tensor, quantization: float) -> list[dict[str, int]]:
-    """Rows of SPLADE weights -> {token_id: round(w * quantization)} without zeros."""
-    q = torch.round(reps.float() * quantization).to(torch.int64)
-    if (q < 0).any():
-        raise ValueError("negative SPLADE weights: the encoder must end with log(1 + relu(.))")
-    out: list[dict[str, int]] = []
-    for row in q:
-        idx = torch.nonzero(row, as_tuple=True)[0]
-        out.append(dict(zip(map(str, idx.tolist()), row[idx].tolist())))
-    return out
-
-
-class _TermStats:
-    """Counts per-term document frequencies (for FLOPS) and non-zeros."""
-
-    def __init__(self) -> None:
-        self.df: dict[str, int] = {}
-        self.n = 0
-        self.nnz = 0
-        self.n_empty = 0
-
-    def add(self, vec: Mapping[str, int]) -> None:
-        self.n += 1
-        self.nnz += len(vec)
-        self.n_empty += not vec
-        for t in vec:
-            self.df[t] = self.df.get(t, 0) + 1
-
-    def as_dict(self, kind: str, one: str) -> dict:
-        return {f"n_{kind}": self.n, f"mean_nnz_per_{one}": self.nnz / self.n if self.n else 0.0,
-                f"n_{kind}_empty_vector": self.n_empty,
-                "term_df": dict(sorted(self.df.items(), key=lambda kv: int(kv[0])))}
-
-
-def _chunks(it: Iterable, size: int, first: int | None = None) -> Iterator[list]:
-    """Lists of ``size`` items (the first of ``first`` items, when given)."""
-    it = iter(it)
-    n = first or size
-    while chunk := list(itertools.islice(it, n)):
-        yield chunk
-        n = size
-
-
 def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batch_size: int,
-                   quantization: float, max_active_dims: int | None = None) -> list[dict[str, int]]:
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-    vecs: list[dict[str, int] | None] = [None] * len(texts)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        reps = prune(encoder.encode_batch([texts[i] for i in idx], max_length), max_active_dims)
-        for i, v in zip(idx, quantize(reps, quantization)):
-            vecs[i] = v
-    return vecs  # type: ignore[return-value]
-
-
-def _gzip_text(path: Path) -> io.TextIOWrapper:
-    """A gzip text writer without a timestamp in its header: a rerun writes identical bytes."""
-    return io.TextIOWrapper(gzip.GzipFile(path, "wb", compresslevel=6, mtime=0), encoding="utf-8")
-
-
-def _dir_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+                   quantization: float, max_active_dims: int | None, pool: ThreadPoolExecutor) -> Batches:
+    """``(positions, rows)`` per batch, longest texts first; the next batch is tokenised meanwhile."""
+    if not texts:
+        return []
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    out: list[tuple[np.ndarray, SparseRows]] = []
+    pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[0]], max_length)
+    for b, positions in enumerate(batches):
+        features = pending.result()
+        if b + 1 < len(batches):
+            pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[b + 1]], max_length)
+        out.append((positions, encoder.encode_sparse(features, quantization, max_active_dims)))
+    return out
 
 
 def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
@@ -140,54 +102,126 @@ def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
             "gb": round((shards + index) / 1e9, 3)}
 
 
+def _check_budget(estimate: dict, budget_gb: float, nnz_per_doc: float) -> None:
+    log.info("size estimate for %d documents: %s", estimate["total_docs"], estimate)
+    if estimate["shard_bytes"] + estimate["index_bytes"] > budget_gb * 1e9:
+        raise TooDenseError(f"too dense to index (estimated {estimate['gb']:.1f} GB of shards and index > budget "
+                            f"{budget_gb:g} GB; {nnz_per_doc:.0f} non-zeros per document)")
+
+
+def work_folder(out_dir: str | Path) -> Path:
+    """Where an encode keeps its finished shards until the corpus is done (beside ``out_dir``)."""
+    out_dir = Path(out_dir)
+    return out_dir.with_name(f".{out_dir.name}.partial")
+
+
+def _shard_chunks(docs: Iterator[tuple[str, str]], first: int, shard_docs: int, chunk_size: int,
+                  sample: int | None) -> Iterator[list[tuple[str, str]]]:
+    """Chunks from document ``first`` (a shard boundary) on, cut at every shard boundary.
+
+    Inside a shard the cuts depend on the shard alone (shard 0 starts with ``sample``
+    documents when sampling), so a resumed run encodes the same batches as an uninterrupted one.
+    """
+    pos = first
+    while True:
+        in_shard = pos % shard_docs
+        n = min(chunk_size, shard_docs - in_shard)
+        if sample and pos < sample:
+            n = sample - pos
+        chunk = list(itertools.islice(docs, n))
+        if not chunk:
+            return
+        yield chunk
+        pos += len(chunk)
+
+
+def _skip_finished(docs: Iterator[tuple[str, str]], n: int, last_id: str | None, where: Path) -> None:
+    """Advance ``docs`` past the ``n`` documents of the finished shards, checking the last id."""
+    seen = None
+    for seen, _ in itertools.islice(docs, n):
+        pass
+    if n and seen != last_id:
+        raise ValueError(f"{where}: its finished shards end at document {last_id!r}, but the corpus has "
+                         f"{seen!r} there; the corpus changed: delete {where} to encode it again")
+
+
 def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
                 batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
                 chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
-                size_sample: int = 2000, max_active_dims: int | None = None) -> dict:
-    """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) atomically; return stats.
+                size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
+                resume_key: str = "") -> dict:
+    """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
     With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
     ``size_sample`` documents if the whole corpus's estimated shards + index exceed it.
+    Finished shards of an interrupted run with the same ``resume_key`` (what the vectors depend
+    on: model, corpus) and output settings are verified and kept; only the rest is encoded.
     """
-    stats = _TermStats()
+    out_dir = Path(out_dir)
+    folder = ShardFolder(work_folder(out_dir))
+    shard_docs = shard_docs_for(total, shard_size, index_threads)
+    state = {"resume_key": resume_key, "max_length": max_length, "quantization": quantization,
+             "max_active_dims": max_active_dims, "total": total, "shard_docs": shard_docs}
+    finished = folder.start(state)
+    done = sum(r.docs for r in finished)
+    prior = TermStats()
+    for r in finished:
+        prior.merge(r.docs, r.nnz, r.n_empty, folder.df(r.shard))
+    if finished:
+        log.info("resuming at shard %d: %d documents in %d verified shards, %s to encode", len(finished), done,
+                 len(finished), "the rest" if total is None else f"{total - done}")
+    docs = iter(docs)
+    _skip_finished(docs, done, finished[-1].last_id if finished else None, folder.root)
+
     estimate = None
+    sample = min(size_sample, shard_docs) if budget_gb and total else None
+    if sample and finished:  # the finished shards are the sample
+        estimate = size_estimate(done, sum(r.bytes for r in finished), prior.nnz, total)
+        _check_budget(estimate, budget_gb, prior.nnz / done)
+        sample = None
     t0 = time.perf_counter()
-    with atomic_dir(out_dir) as tmp, tqdm(total=total, desc="encode docs", unit="doc", mininterval=5) as bar:
-        fh, written = None, 0
-        sample = min(chunk_size, size_sample) if budget_gb and total else None  # encoded before the estimate
-        for chunk in _chunks(docs, chunk_size, first=sample):
-            vecs = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization,
-                                  max_active_dims)
-            for (docid, _), vec in zip(chunk, vecs):
-                if written % shard_size == 0:
-                    if fh:
-                        fh.close()
-                    fh = _gzip_text(tmp / f"docs-{written // shard_size:05d}.jsonl.gz")
-                fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
-                written += 1
-                stats.add(vec)
-            bar.update(len(chunk))
-            del vecs  # keep one chunk of vectors alive, not two
-            if estimate is None and budget_gb and total:
-                fh.flush()
-                estimate = size_estimate(written, _dir_bytes(tmp), stats.nnz, total)
-                log.info("size estimate for %d documents: %s", total, estimate)
-                if estimate["shard_bytes"] + estimate["index_bytes"] > budget_gb * 1e9:
-                    fh.close()
-                    raise TooDenseError(f"too dense to index (estimated {estimate['gb']:.1f} GB of shards and "
-                                        f"index > budget {budget_gb:g} GB; {stats.nnz / written:.0f} non-zeros "
-                                        f"per document)")
-        if fh:
-            fh.close()
-        if not written:
-            raise ValueError(f"{out_dir}: no documents to encode; check the dataset")
-        shard_bytes = _dir_bytes(tmp)
+    writer = ShardWriter(folder, shard_docs, done)
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool, \
+                tqdm(total=total, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
+            for chunk in _shard_chunks(docs, done, shard_docs, chunk_size, sample):
+                batches = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization,
+                                         max_active_dims, pool)
+                measure = estimate is None and sample is not None
+                writer.put([d for d, _ in chunk], batches, measure=measure)
+                bar.update(len(chunk))
+                if measure:
+                    writer.drain()
+                    s = writer.stats
+                    estimate = size_estimate(s.n, writer.sample_bytes or 0, s.nnz, total)
+                    _check_budget(estimate, budget_gb, s.nnz / s.n)
+            writer.close()
+    except TooDenseError:
+        writer.abort()
+        shutil.rmtree(folder.root, ignore_errors=True)  # the record is final: nothing to resume
+        raise
+    except BaseException:
+        writer.abort()  # finished shards stay for the rerun
+        raise
+    stats = TermStats()
+    stats.merge(prior.n, prior.nnz, prior.n_empty, prior.df)
+    stats.merge(writer.stats.n, writer.stats.nnz, writer.stats.n_empty, writer.stats.df)
+    if not stats.n:
+        shutil.rmtree(folder.root, ignore_errors=True)
+        raise ValueError(f"{out_dir}: no documents to encode; check the dataset")
+    shard_bytes = sum(p.stat().st_size for p in folder.shards.iterdir())
+    n_shards = len(list(folder.shards.iterdir()))
+    folder.finish(out_dir)
     secs = time.perf_counter() - t0
     if stats.n_empty:
-        log.warning("%d of %d documents have an all-zero vector (Anserini skips them)", stats.n_empty, written)
-    return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3), "docs_per_second": round(written / secs, 2),
+        log.warning("%d of %d documents have an all-zero vector (Anserini skips them)", stats.n_empty, stats.n)
+    encoded = writer.stats.n
+    return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3),
+            "docs_per_second": round(encoded / secs, 2) if encoded else None,
+            "resumed_docs": done, "encoded_docs": encoded, "shards": n_shards, "shard_docs": shard_docs,
+            "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
             "quantization": quantization, "max_length": max_length, "max_active_dims": max_active_dims,
-            "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / written, 1),
+            "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / stats.n, 1),
             "size_estimate": estimate}
 
 
@@ -196,15 +230,17 @@ def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: st
     """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats."""
     qids = list(queries)
     t0 = time.perf_counter()
-    vecs = _encode_sorted(encoder, [queries[q] for q in qids], max_length, batch_size, quantization)
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
+        batches = _encode_sorted(encoder, [queries[q] for q in qids], max_length, batch_size, quantization, None,
+                                 pool)
     secs = time.perf_counter() - t0
-    stats = _TermStats()
-    with atomic_file(out_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        for qid, vec in zip(qids, vecs):
-            fh.write(json.dumps({"id": qid, "vector": vec}) + "\n")
-            stats.add(vec)
+    stats = TermStats()
+    for _, rows in batches:
+        stats.add(rows)
+    with atomic_file(out_path) as tmp:
+        tmp.write_bytes(VectorLines().ordered([query_prefix(q) for q in qids], batches))
     if stats.n_empty:
-        log.warning("%d of %d queries have an all-zero vector", stats.n_empty, len(vecs))
+        log.warning("%d of %d queries have an all-zero vector", stats.n_empty, len(qids))
     return {**stats.as_dict("queries", "query"), "seconds": round(secs, 3),
             "queries_per_second_encoding": round(len(qids) / secs, 2) if secs else None,
             "quantization": quantization, "max_length": max_length}
@@ -223,18 +259,33 @@ def bf16_autocast(enc: Encoder) -> bool | None:
     return uses_bf16(enc.device, enc.precision) if isinstance(enc, SpladeEncoder) else None
 
 
+def model_fingerprint(model_dir: str | Path) -> str:
+    """Names, sizes and modification times of a model folder's files: a retrained model differs."""
+    h = hashlib.sha256()
+    folder = Path(model_dir)
+    for p in sorted(folder.rglob("*")) if folder.is_dir() else ():
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
                   batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
                   *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
                   encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto",
-                  budget_gb: float | None = None, max_active_dims: int | None = None) -> dict:
+                  budget_gb: float | None = None, max_active_dims: int | None = None,
+                  index_threads: int = 1) -> dict:
     """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside."""
     from splade_rescale.datasets import load_corpus
 
     docs, total = load_corpus(name, corpus_spec, root)
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    key = json.dumps({"model": model_fingerprint(model_dir), "corpus": name, "spec": corpus_spec, "head": head,
+                      "precision": precision}, sort_keys=True)
     stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
-                        budget_gb=budget_gb, max_active_dims=max_active_dims)
+                        budget_gb=budget_gb, max_active_dims=max_active_dims, index_threads=index_threads,
+                        resume_key=hashlib.sha256(key.encode()).hexdigest())
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
                                          "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
@@ -244,7 +295,7 @@ def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str |
                    batch_size: int = 32, quantization: float = 100, head: str = "fused",
                    *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
                    encoder: Encoder | None = None, precision: str = "auto") -> dict:
-    """CLI stage: a dataset's judged (subset) queries -> query-vector JSONL + stats JSON beside."""
+    """A dataset's judged (subset) queries -> query-vector JSONL + stats JSON beside."""
     from splade_rescale.datasets import load_dataset
 
     ds = load_dataset(name, dataset_spec, root)
@@ -253,6 +304,25 @@ def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str |
     write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir),
                                           "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
+
+
+def encode_query_sets(model_dir: str | Path, query_sets: Mapping[str, Mapping], out_dir: str | Path,
+                      batch_size: int = 32, quantization: float = 100, head: str = "fused",
+                      *, root: str | Path = ".", device: str | None = None, encoder: Encoder | None = None,
+                      precision: str = "auto") -> dict[str, dict]:
+    """CLI stage: every dataset's queries with one model load -> ``out_dir/{dataset}.jsonl`` + stats.
+
+    ``query_sets``: dataset name -> ``{"spec": its config entry, "max_length": its query length}``.
+    One job per model instead of one per dataset: a model load and device start-up cost more than
+    encoding most query sets.
+    """
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    out = {}
+    for name, qs in tqdm(query_sets.items(), desc="query sets", unit="set"):
+        out[name] = encode_queries(model_dir, qs["spec"], Path(out_dir) / f"{name}.jsonl", qs["max_length"],
+                                   batch_size, quantization, name=name, root=root, encoder=enc)
+        log.info("%s: %d queries", name, out[name]["n_queries"])
+    return out
 
 
 def read_stats(path: str | Path) -> dict:

@@ -164,7 +164,7 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
         "fetch_reference_model": len(config.get("reference_models") or {}),
         "mine_negatives": int(data["source"] == "beir_local" and data.get("negatives") == "bm25"),
         "encode_corpus": n_models * n_corpora, "impact_index": n_models * n_corpora,
-        "encode_queries": n_models * n_datasets, "impact_retrieve": n_models * n_datasets,
+        "encode_queries": n_models, "impact_retrieve": n_models * n_datasets,
         "evaluate": n_models * n_datasets,
         "bm25_index": n_corpora, "bm25_retrieve": n_datasets, "evaluate_bm25": n_datasets,
         "norms_table": 1, "tables": 1, "figures": 1, "all": 1,
@@ -278,7 +278,8 @@ class ModelCost:
     variant: str
     shape: ModelShape
     train_gpu_h: float = 0.0
-    encode_gpu_h: float = 0.0
+    encode_gpu_h: float = 0.0      # corpora + queries, job start-ups included
+    query_gpu_h: float = 0.0       # the queries' share of encode_gpu_h (one job per model)
     index_cpu_h: float = 0.0
     retrieve_cpu_h: float = 0.0       # at the measured QPS (no growth with the corpus): a lower bound
     retrieve_cpu_h_high: float = 0.0  # QPS falling with the corpus (search_scaling_exponent): an upper bound
@@ -314,6 +315,24 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         growth = max(1.0, corpus_sizes[corpus].count / float(lucene[f"{kind}_search_index_docs"])) ** exponent
         return seconds, seconds * growth
 
+    startup_h = float(throughputs["gpu"].get("job_startup_s", 0)) / 3600  # imports, model load, device start
+    host_dps = (throughputs.get("host") or {}).get("encode_host_docs_per_s")
+
+    rates_used: set[str] = set()
+
+    def encode_rate(ref: Mapping[str, Any], speed: float, tokens_per_text: float) -> float:
+        """Texts per second: the measured end-to-end rate, else the forward rate capped by the host's."""
+        scale = speed * ref["encode_tokens_per_doc"] / tokens_per_text
+        if ref.get("encode_e2e_docs_per_s"):
+            rates_used.add("end-to-end (gpu.architectures.*.encode_e2e_docs_per_s)")
+            return float(ref["encode_e2e_docs_per_s"]) * scale
+        forward = float(ref["encode_docs_per_s"]) * scale
+        if not host_dps:
+            rates_used.add("forward-only (encode_docs_per_s)")
+            return forward
+        rates_used.add("forward-only (encode_docs_per_s), capped at the host's rate (host.encode_host_docs_per_s)")
+        return min(forward, float(host_dps))
+
     costs: list[ModelCost] = []
     for name, variant in models(config):
         is_ref = variant == "reference"
@@ -333,22 +352,22 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         else:
             cost.model_bytes = 4 * shape.parameters
         for corpus, size in corpus_sizes.items():
-            per_doc = tokens(size.words, tpw, encoding["doc_max_length"])
-            dps = ref["encode_docs_per_s"] * speed * ref["encode_tokens_per_doc"] / per_doc
-            cost.encode_gpu_h += size.count / dps / 3600
+            dps = encode_rate(ref, speed, tokens(size.words, tpw, encoding["doc_max_length"]))
+            cost.encode_gpu_h += size.count / dps / 3600 + startup_h
             cost.index_cpu_h += size.count / float(lucene["impact_index_docs_per_s_per_thread"]) / 3600
             cost.shard_bytes += size.count * float(disk["shard_bytes_per_doc"])
             cost.index_bytes += size.count * float(disk["impact_index_bytes_per_doc"])
         for dataset, size in query_sizes.items():
             q_len = query_max_length(encoding, config["datasets"][dataset])
-            qps = ref["encode_docs_per_s"] * speed * ref["encode_tokens_per_doc"] / tokens(size.words, tpw, q_len)
-            cost.encode_gpu_h += size.count / qps / 3600
+            cost.query_gpu_h += size.count / encode_rate(ref, speed, tokens(size.words, tpw, q_len)) / 3600
             corpus = of_dataset[dataset]
             low, high = search_seconds("impact", corpus)
             cost.retrieve_cpu_h += size.count * low / 3600
             cost.retrieve_cpu_h_high += size.count * high / 3600
             cost.other_bytes += size.count * (float(disk["query_vector_bytes_per_query"])
                                               + k * float(disk["run_bytes_per_hit"]))
+        cost.query_gpu_h += startup_h  # one encode_queries job per model
+        cost.encode_gpu_h += cost.query_gpu_h
         costs.append(cost)
 
     bm25 = {
@@ -369,6 +388,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     totals = {
         "train_gpu_h": sum(c.train_gpu_h for c in costs),
         "encode_gpu_h": sum(c.encode_gpu_h for c in costs),
+        "query_share_max": max(c.query_gpu_h / (c.train_gpu_h + c.encode_gpu_h) for c in costs),
         "index_cpu_h": sum(c.index_cpu_h for c in costs) + bm25["index_cpu_h"],
         "retrieve_cpu_h": sum(c.retrieve_cpu_h for c in costs) + bm25["retrieve_cpu_h"],
         "retrieve_cpu_h_high": sum(c.retrieve_cpu_h_high for c in costs) + bm25["retrieve_cpu_h_high"],
@@ -379,6 +399,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     totals["cpu_h"] = totals["index_cpu_h"] + totals["retrieve_cpu_h"]
     totals["cpu_h_high"] = totals["index_cpu_h"] + totals["retrieve_cpu_h_high"]
     return {
+        "encode_rate": " and ".join(sorted(rates_used)),
         "config": config.get("experiment"), "threads": threads, "k": k, "jobs": planned_jobs(config),
         "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
         "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
@@ -442,7 +463,9 @@ def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: 
              "(assumptions below).", "",
              "| total | |", "|---|---|",
              f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
-             f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
+             f"| GPU-hours, encoding (corpora + queries) at the {plan['encode_rate']} rate | "
+             f"{_h(t['encode_gpu_h'])} |",
+             f"| query encoding, largest share of one model's GPU time | {100 * t['query_share_max']:.2f}% |",
              f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_cpu_h'])} |",
              f"| CPU core-hours, retrieval (measured QPS … linear in corpus size) | "
              f"{_h(t['retrieve_cpu_h'])} … {_h(t['retrieve_cpu_h_high'])} |",
@@ -483,7 +506,9 @@ def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: 
 
 ASSUMPTIONS = (
     "GPU throughputs are the throughputs file's reference figures (default: sentence-transformers "
-    "SparseEncoder on an H200, bf16; ours not measured yet), scaled to a model by reference parameters / "
+    "SparseEncoder's forward on an H200, bf16; ours not measured yet). Encoding uses a measured end-to-end "
+    "rate (texts in, shards on disk) where the file gives one, else the forward rate capped at the host "
+    "side's rate (benchmarks/bench_encode.py --stub); each GPU job adds gpu.job_startup_s. Figures are scaled to a model by reference parameters / "
     "parameters (with a tied decoder, forward FLOPs per token are about 2 x parameters) and to a text by "
     "reference tokens / tokens (attention's quadratic term ignored).",
     "Text tokens = 2 + words x tokens_per_word (measured 1.37 for BERT WordPiece on MS MARCO passages), cut at "

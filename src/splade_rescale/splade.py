@@ -18,6 +18,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from splade_rescale.fused_head import fused_splade_pool, naive_splade_pool
 from splade_rescale.heads import load_masked_lm, mlm_head
+from splade_rescale.sparse_rows import SparseRows, sparsify
 
 HeadImpl = Literal["fused", "naive"]
 Precision = Literal["auto", "bf16", "fp32"]
@@ -89,10 +90,19 @@ class SpladeEncoder(nn.Module):
         return self._head.decoder.out_features
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        """Token ids and mask on the host (pinned when the model is on CUDA, for non-blocking copies).
+
+        Safe to call from another thread while the model runs (the encode pipeline does)."""
         batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
                                return_tensors="pt")
-        return {"input_ids": batch["input_ids"].to(self.device),
-                "attention_mask": batch["attention_mask"].to(self.device)}
+        features = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        if self.device.type == "cuda":
+            features = {k: v.pin_memory() for k, v in features.items()}
+        return features
+
+    def on_device(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Tokenised features moved to the model's device (non-blocking from pinned memory)."""
+        return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self._head.hidden_states(input_ids, attention_mask)
@@ -103,13 +113,21 @@ class SpladeEncoder(nn.Module):
         return pool(hidden, decoder.weight, decoder.bias, attention_mask)
 
     @torch.no_grad()
-    def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
-        """SPLADE vectors (len(texts) x vocab, float32, on CPU) for one batch of texts."""
+    def _reps(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """B x V SPLADE weights on the model's device, in eval mode and the configured precision."""
         was_training = self.training
         self.eval()
         try:
             with autocast_for(self.device, self.precision):
-                reps = self(**self.tokenize(texts, max_length))
+                return self(**self.on_device(features))
         finally:
             self.train(was_training)
-        return reps.float().cpu()
+
+    def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
+        """Dense SPLADE vectors (len(texts) x vocab, float32, on CPU) for one batch of texts."""
+        return self._reps(self.tokenize(texts, max_length)).float().cpu()
+
+    def encode_sparse(self, features: dict[str, torch.Tensor], quantization: float,
+                      max_active_dims: int | None = None) -> SparseRows:
+        """Quantised non-zeros of a tokenised batch; rounding, top-k and the scan run on the device."""
+        return sparsify(self._reps(features), quantization, max_active_dims)

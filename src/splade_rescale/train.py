@@ -208,8 +208,9 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
     n = recipe["negatives_per_query"]
     docs = [ex["positive"] for ex in batch] + [d for ex in batch for d in ex["negatives"][:n]]
     with autocast_for(encoder.device, recipe["precision"]):
-        q = encoder(**encoder.tokenize([ex["query"] for ex in batch], recipe["query_max_length"])).float()
-        d = encoder(**encoder.tokenize(docs, recipe["doc_max_length"])).float()
+        q = encoder(**encoder.on_device(encoder.tokenize([ex["query"] for ex in batch],
+                                                         recipe["query_max_length"]))).float()
+        d = encoder(**encoder.on_device(encoder.tokenize(docs, recipe["doc_max_length"]))).float()
     # Documents of all ranks: positives first (in rank order), then negatives.
     b = len(batch)
     pos_all, offset = gather_rows(d[:b])

@@ -1,6 +1,7 @@
 # Shared by all rules: config validation (before any job runs), wildcard constraints,
 # and the functions that turn the config into file lists.
 import json
+import os
 import re
 from pathlib import Path
 
@@ -72,15 +73,19 @@ def model_encoding(backbone):
 
 
 def corpus_encoding(backbone):
-    """The encoding settings a corpus encode depends on (a query-only change reruns no corpus)."""
-    keys = ("head", "precision", "doc_max_length", "batch_size", "quantization", "shard_size", "index_budget_gb",
-            "max_active_dims")
+    """The encoding settings a corpus's vectors depend on (a query-only change reruns no corpus)."""
+    keys = ("head", "precision", "doc_max_length", "quantization", "max_active_dims")
     return {k: model_encoding(backbone)[k] for k in keys}
 
 
 def query_encoding(backbone):
-    """The encoding settings a query encode depends on besides its length (dataset_query_length)."""
-    return {k: model_encoding(backbone)[k] for k in ("head", "precision", "batch_size", "quantization")}
+    """The encoding settings query vectors depend on besides their length (dataset_query_length)."""
+    return {k: model_encoding(backbone)[k] for k in ("head", "precision", "quantization")}
+
+
+def query_sets(backbone):
+    """Every dataset's query set for one model's encode_queries job: its config entry and length."""
+    return {d: {"spec": config["datasets"][d], "max_length": dataset_query_length(backbone, d)} for d in DATASETS}
 
 
 def dataset_query_length(backbone, dataset):
@@ -90,6 +95,37 @@ def dataset_query_length(backbone, dataset):
 
 def torch_device():
     return config.get("device", "auto")
+
+
+# Settings that change how fast a model job runs, not what it writes. They reach the jobs as
+# environment variables (every job's shell inherits them; a cluster job's Snakemake sets them
+# again when it reads this file), so they are neither params nor part of a rule's command text:
+# editing them (a smaller batch after an out-of-memory error, another device) reruns nothing.
+os.environ["SPLADE_RESCALE_DEVICE"] = torch_device()
+os.environ["SPLADE_RESCALE_RUNTIME"] = as_json({
+    "batch_size": config["encoding"]["batch_size"],
+    "shard_size": config["encoding"]["shard_size"],
+    "index_budget_gb": config["encoding"]["index_budget_gb"],
+    "index_threads": config["retrieval"]["threads"],
+})
+
+
+envvars:
+    "SPLADE_RESCALE_DEVICE",
+    "SPLADE_RESCALE_RUNTIME",
+
+
+RUNTIME_KEYS = {None: ("device", "gpus_per_job"), "encoding": ("batch_size", "shard_size", "index_budget_gb", "threads"),
+                "retrieval": ("threads",), "training": ("threads",)}
+
+
+def report_config():
+    """The config the tables and figures read, without the runtime settings (editing those reruns no report)."""
+    out = {k: v for k, v in config.items() if k not in RUNTIME_KEYS[None]}
+    for section, keys in RUNTIME_KEYS.items():
+        if section and section in out:
+            out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    return out
 
 
 def gpu_count():

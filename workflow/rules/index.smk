@@ -2,6 +2,10 @@ rule encode_corpus:
     """A corpus is encoded once per model, whatever the number of query sets over it.
 
     The gzipped shards are temporary: Snakemake deletes them once the impact index exists.
+    A killed job keeps its finished shards in a work folder beside the output
+    (.{corpus}.partial); the rerun verifies them and encodes only the rest.
+    Batch size, device, shard size, size budget and threads are runtime settings
+    (environment variables set in common.smk): editing them reruns no job.
     """
     input:
         manifest="results/models/{backbone}/{variant}/manifest.json",
@@ -12,7 +16,6 @@ rule encode_corpus:
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(w.backbone)),
-        device=torch_device(),
     threads: config["encoding"]["threads"]
     resources:
         gpu=gpu_count(),
@@ -25,36 +28,37 @@ rule encode_corpus:
     shell:
         "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
         "--name {wildcards.corpus} --corpus {params.corpus:q} --encoding {params.encoding:q} "
-        "--device {params.device} --threads {threads} --out {output.corpus} > {log} 2>&1"
+        "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} --out {output.corpus} > {log} 2>&1"
 
 
 rule encode_queries:
-    """A dataset's judged queries, at its own query length (BEIR: encoding.beir_query_max_length)."""
+    """Every dataset's judged queries, each at its own length (BEIR: encoding.beir_query_max_length),
+    in one job per model: loading the model and starting the device cost more than encoding most
+    query sets. The files stay per dataset, so retrieval and evaluation stay per dataset; adding a
+    dataset reruns this model's query job (and so its retrievals) once."""
     input:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
     output:
-        queries="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl",
-        stats="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json",
+        queries=[f"results/encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl" for d in DATASETS],
+        stats=[f"results/encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl.stats.json" for d in DATASETS],
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        query_sets=lambda w: as_json(query_sets(w.backbone)),
         encoding=lambda w: as_json(query_encoding(w.backbone)),
-        max_length=lambda w: dataset_query_length(w.backbone, w.dataset),
-        device=torch_device(),
-    threads: 1  # a query set is small: one thread, so that two run side by side on a CPU
+    threads: 1  # query sets are small: one thread, so that two run side by side on a CPU
     resources:
         gpu=gpu_count(),
     log:
-        "results/logs/encode_queries/{backbone}.{variant}.{dataset}.log",
+        "results/logs/encode_queries/{backbone}.{variant}.log",
     benchmark:
-        "results/benchmarks/encode_queries/{backbone}.{variant}.{dataset}.tsv"
+        "results/benchmarks/encode_queries/{backbone}.{variant}.tsv"
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale encode-queries --model {input.model} --training-manifest {input.manifest} "
-        "--name {wildcards.dataset} --dataset {params.dataset:q} --encoding {params.encoding:q} "
-        "--max-length {params.max_length} --device {params.device} --threads {threads} "
-        "--out {output.queries} > {log} 2>&1"
+        "--query-sets {params.query_sets:q} --encoding {params.encoding:q} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
+        "--device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} "
+        "--out-dir results/encoded/{wildcards.backbone}/{wildcards.variant}/queries > {log} 2>&1"
 
 
 rule impact_index:

@@ -44,7 +44,7 @@ rule tables:
             for f in TABLE_FILES
         ],
     params:
-        config=as_json(config),
+        config=as_json(report_config()),
         out_dir=lambda w, output: Path(output[0]).parent,
     log:
         "results/logs/tables.log",
@@ -70,7 +70,7 @@ rule figures:
             for f in FIGURE_FILES
         ],
     params:
-        config=as_json(config),
+        config=as_json(report_config()),
         out_dir=lambda w, output: Path(output[0]).parent,
     log:
         "results/logs/figures.log",

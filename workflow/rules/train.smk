@@ -36,7 +36,6 @@ rule train:
         data=as_json(TRAIN_DATA),
         examples=lambda w, input: f"--examples {input.examples}" if MINED else "",
         checkpoints="results/models/{backbone}/{variant}/checkpoints",
-        device=torch_device(),
         launcher=lambda w, resources: training_launcher(resources.gpu),
     threads: config["training"]["threads"]
     resources:
@@ -49,5 +48,5 @@ rule train:
         "../../envs/pipeline.yaml"
     shell:
         "{params.launcher} train --init {input.init} --recipe {params.recipe:q} --data {params.data:q} "
-        "{params.examples} --device {params.device} --threads {threads} --checkpoints {params.checkpoints} "
+        "{params.examples} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} --checkpoints {params.checkpoints} "
         "--final {output.model} --log-csv {output.log_csv} --manifest {output.manifest} > {log} 2>&1"
