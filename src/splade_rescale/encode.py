@@ -166,7 +166,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     done = sum(r.docs for r in finished)
     prior = TermStats()
     for r in finished:
-        prior.merge(r.docs, r.nnz, r.n_empty, folder.df(r.shard))
+        prior.merge(folder.stats(r))
     if finished:
         log.info("resuming at shard %d: %d documents in %d verified shards, %s to encode", len(finished), done,
                  len(finished), "the rest" if total is None else f"{total - done}")
@@ -203,9 +203,8 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     except BaseException:
         writer.abort()  # finished shards stay for the rerun
         raise
-    stats = TermStats()
-    stats.merge(prior.n, prior.nnz, prior.n_empty, prior.df)
-    stats.merge(writer.stats.n, writer.stats.nnz, writer.stats.n_empty, writer.stats.df)
+    encoded = writer.stats.n
+    stats = prior.merge(writer.stats)
     if not stats.n:
         shutil.rmtree(folder.root, ignore_errors=True)
         raise ValueError(f"{out_dir}: no documents to encode; check the dataset")
@@ -215,7 +214,6 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     secs = time.perf_counter() - t0
     if stats.n_empty:
         log.warning("%d of %d documents have an all-zero vector (Anserini skips them)", stats.n_empty, stats.n)
-    encoded = writer.stats.n
     return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3),
             "docs_per_second": round(encoded / secs, 2) if encoded else None,
             "resumed_docs": done, "encoded_docs": encoded, "shards": n_shards, "shard_docs": shard_docs,

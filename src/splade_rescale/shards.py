@@ -133,11 +133,12 @@ class TermStats:
         self.n_empty += int((lengths == 0).sum())
         self._add_df(np.bincount(rows.terms, minlength=len(self.df)))
 
-    def merge(self, n: int, nnz: int, n_empty: int, df: np.ndarray) -> None:
-        self.n += n
-        self.nnz += nnz
-        self.n_empty += n_empty
-        self._add_df(df)
+    def merge(self, other: "TermStats") -> "TermStats":
+        self.n += other.n
+        self.nnz += other.nnz
+        self.n_empty += other.n_empty
+        self._add_df(other.df)
+        return self
 
     def _add_df(self, counts: np.ndarray) -> None:
         if len(counts) > len(self.df):
@@ -149,10 +150,6 @@ class TermStats:
         return {f"n_{kind}": self.n, f"mean_nnz_per_{one}": self.nnz / self.n if self.n else 0.0,
                 f"n_{kind}_empty_vector": self.n_empty,
                 "term_df": dict(zip(map(str, terms.tolist()), self.df[terms].tolist()))}
-
-
-def shard_name(k: int) -> str:
-    return f"docs-{k:05d}.jsonl.gz"
 
 
 @dataclass
@@ -190,13 +187,13 @@ class ShardFolder:
             finished = self._verified()
         elif self.root.exists():
             log.info("%s: earlier work was for other settings; starting again", self.root)
-        keep = {shard_name(r.shard) for r in finished}
         if not finished and self.root.exists():
             shutil.rmtree(self.root)
+        keep = {path for r in finished for path in (self.shard(r.shard), self.record(r.shard), self.df_path(r.shard))}
         for folder in (self.shards, self.records):
             folder.mkdir(parents=True, exist_ok=True)
             for p in folder.iterdir():
-                if p.name.split(".")[0] + ".jsonl.gz" not in keep:
+                if p not in keep:
                     p.unlink()
         write_json(self.state, state)
         return finished
@@ -204,19 +201,31 @@ class ShardFolder:
     def _verified(self) -> list[ShardRecord]:
         out: list[ShardRecord] = []
         for k in range(len(list(self.records.glob("*.json")))):
-            rec_path = self.records / f"docs-{k:05d}.json"
-            shard = self.shards / shard_name(k)
-            if not (rec_path.is_file() and shard.is_file() and (self.records / f"docs-{k:05d}.df.npy").is_file()):
+            shard = self.shard(k)
+            if not (self.record(k).is_file() and shard.is_file() and self.df_path(k).is_file()):
                 break
-            rec = ShardRecord(**json.loads(rec_path.read_text()))
+            rec = ShardRecord(**json.loads(self.record(k).read_text()))
             if shard.stat().st_size != rec.bytes or _sha256(shard) != rec.sha256:
                 log.warning("%s: size or checksum differs from its record; encoding it again", shard)
                 break
             out.append(rec)
         return out
 
-    def df(self, k: int) -> np.ndarray:
-        return np.load(self.records / f"docs-{k:05d}.df.npy")
+    def shard(self, k: int) -> Path:
+        return self.shards / f"docs-{k:05d}.jsonl.gz"
+
+    def record(self, k: int) -> Path:
+        return self.records / f"docs-{k:05d}.json"
+
+    def df_path(self, k: int) -> Path:
+        return self.records / f"docs-{k:05d}.df.npy"
+
+    def stats(self, rec: ShardRecord) -> TermStats:
+        """A finished shard's statistics, from its record and its df file."""
+        out = TermStats()
+        out.n, out.nnz, out.n_empty = rec.docs, rec.nnz, rec.n_empty
+        out.df = np.load(self.df_path(rec.shard))
+        return out
 
     def finish(self, final: Path) -> None:
         """The shards become ``final`` (atomically); the work folder goes."""
@@ -244,7 +253,7 @@ class ShardWriter:
 
     def __init__(self, folder: ShardFolder, shard_docs: int, first_doc: int, depth: int = 2) -> None:
         self.folder, self.shard_docs = folder, shard_docs
-        self.stats = TermStats()  # documents written by this run
+        self._finished = TermStats()  # this run's finished shards
         self.sample_bytes: int | None = None
         self.error: BaseException | None = None
         self._pos = first_doc
@@ -286,6 +295,12 @@ class ShardWriter:
         if self._shard is not None:
             self._shard.discard()
 
+    @property
+    def stats(self) -> TermStats:
+        """Documents written by this run so far (finished shards + the open one)."""
+        out = TermStats().merge(self._finished)
+        return out.merge(self._shard.stats) if self._shard is not None else out
+
     def _raise(self) -> None:
         if self.error is not None:
             raise self.error
@@ -309,8 +324,6 @@ class ShardWriter:
         if self._shard is None:
             self._shard = _OpenShard(self.folder, self._pos // self.shard_docs, docids[0])
         self._shard.write(data, docids[-1], batches)
-        for _, rows in batches:
-            self.stats.add(rows)
         self._pos += len(docids)
         if self._pos % self.shard_docs == 0:
             self._finish_shard()
@@ -318,13 +331,14 @@ class ShardWriter:
     def _finish_shard(self) -> None:
         assert self._shard is not None
         self._shard.finish()
+        self._finished.merge(self._shard.stats)
         self._shard = None
 
 
 class _OpenShard:
     def __init__(self, folder: ShardFolder, k: int, first_id: str) -> None:
         self.folder, self.k, self.first_id, self.last_id = folder, k, first_id, first_id
-        self.path = folder.shards / shard_name(k)
+        self.path = folder.shard(k)
         self.tmp = self.path.with_name(self.path.name + ".partial")
         self.fh = open(self.tmp, "wb")
         self.gz = gzip_compressor()
@@ -348,11 +362,11 @@ class _OpenShard:
         self.fh.flush()
         os.fsync(self.fh.fileno())
         self.fh.close()
-        np.save(self.folder.records / f"docs-{self.k:05d}.df.npy", self.stats.df)
+        np.save(self.folder.df_path(self.k), self.stats.df)
         os.replace(self.tmp, self.path)
         record = ShardRecord(self.k, self.stats.n, self.first_id, self.last_id, self.size, self.sha.hexdigest(),
                              self.stats.nnz, self.stats.n_empty)
-        write_json(self.folder.records / f"docs-{self.k:05d}.json", record.__dict__)
+        write_json(self.folder.record(self.k), record.__dict__)
         log.info("shard %s finished: %d documents", self.path.name, self.stats.n)
 
     def discard(self) -> None:
