@@ -34,6 +34,7 @@ from splade_rescale.plan import (PlanError, corpus_size, load_plan_config, model
                                  tokens, training_lengths)
 from splade_rescale.recipes import resolve_recipe
 from splade_rescale.rehearsal_data import disk_bytes
+from splade_rescale.schedule import Job, list_schedule
 
 TOLERANCE = 0.35  # the acceptance: predicted within +-35% of measured
 
@@ -367,49 +368,16 @@ def predict(config: Mapping[str, Any], throughputs: Mapping[str, Any], jobs: lis
         base = default_fixed if r is None else r["fixed_s"] + r["s_per_unit"] * job_units(j, sizes)
         seconds[j["id"]] = base + overhead
         adds[j["id"]] = (r.get("bytes_fixed", 0) + r.get("bytes_per_unit", 0) * byte_units(j, sizes)) if r else 0.0
-    children: dict[int, list[int]] = {i: [] for i in by_id}
-    for j in jobs:
-        for d in j["deps"]:
-            children[d].append(j["id"])
-    order, seen = [], set()
-
-    def visit(i: int) -> None:  # dependencies first
-        if i not in seen:
-            seen.add(i)
-            for d in by_id[i]["deps"]:
-                visit(d)
-            order.append(i)
-
-    for i in by_id:
-        visit(i)
-    rank: dict[int, float] = {}  # longest remaining path: critical-path list scheduling
-    for i in reversed(order):
-        rank[i] = seconds[i] + max((rank[c] for c in children[i]), default=0.0)
-    waiting = {i: set(by_id[i]["deps"]) for i in by_id}
-    ready = [i for i in order if not waiting[i]]
-    running: list[tuple[float, int]] = []
-    free, now = cores, 0.0
+    slots = list_schedule([Job(j["id"], j["rule"], j["threads"], seconds[j["id"]], tuple(j["deps"])) for j in jobs],
+                          cores)
     other = float(cpu.get("other_bytes_per_job", 0))
     disk = peak = float(input_bytes(config, run) if start_bytes is None else start_bytes)
-    while ready or running:
-        ready.sort(key=lambda i: -rank[i])
-        for i in list(ready):
-            need = min(by_id[i]["threads"], cores)
-            if need <= free:
-                free -= need
-                ready.remove(i)
-                running.append((now + seconds[i], i))
-        running.sort()
-        now, i = running.pop(0)
-        free += min(by_id[i]["threads"], cores)
+    for i in sorted(by_id, key=lambda i: (slots[i].end, slots[i].start)):  # outputs land when a job ends
         disk += adds[i] + (other if by_id[i]["rule"] != "all" else 0.0)
         peak = max(peak, disk)
         if by_id[i]["rule"] == "impact_index":  # its temp() shards go once the index exists
             disk -= sum(adds[d] for d in by_id[i]["deps"] if by_id[d]["rule"] == "encode_corpus")
-        for c in children[i]:
-            waiting[c].discard(i)
-            if not waiting[c]:
-                ready.append(c)
+    now = max((s.end for s in slots.values()), default=0.0)
     return {"wall_s": now, "peak_bytes": peak, "final_bytes": disk, "jobs": len(jobs),
             "core_s": sum(seconds[i] * min(by_id[i]["threads"], cores) for i in by_id)}
 

@@ -394,14 +394,23 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
     p.add_argument("--throughputs", type=Path, default=None, help="per-unit costs (default config/throughputs.json)"),
     p.add_argument("--out", type=Path, default=Path("results/plan.md")),
-    p.add_argument("--cores", type=int, help="also predict a CPU run on this many cores (throughputs `cpu` section, "
-                   "default config/throughputs-cpu.json): wall time, peak and final disk"),
+    p.add_argument("--cores", type=int, help="also schedule the run on this many cores: for a GPU config the GPU's "
+                   "busy and idle hours; for a CPU config (device: cpu) the wall time, peak and final disk from the "
+                   "throughputs' `cpu` section (default config/throughputs-cpu.json)"),
+    p.add_argument("--gpus", type=int, default=1, help="GPUs of the machine (--resources gpu=N), with --cores"),
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
-    from splade_rescale.plan import THROUGHPUTS_CPU_PATH, load_throughputs, write_plan
+    from splade_rescale.plan import (THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs, schedule_config,
+                                     uses_gpus, write_plan)
     text = write_plan(args.configfile, args.throughputs, args.out)
-    if args.cores:
+    if args.cores and uses_gpus(load_plan_config(args.configfile)):
+        result, section = schedule_config(args.configfile, args.throughputs, args.cores, args.gpus)
+        text += "\n" + section
+        args.out.write_text(text)
+        data = json.loads(args.out.with_suffix(".json").read_text())
+        args.out.with_suffix(".json").write_text(json.dumps({**data, "schedule": result}, indent=1) + "\n")
+    elif args.cores:
         from splade_rescale.calibrate import predict_config, render_prediction
         throughputs = load_throughputs(args.throughputs or THROUGHPUTS_CPU_PATH)
         if "cpu" not in throughputs:

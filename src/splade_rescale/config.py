@@ -135,3 +135,25 @@ def load_config(*paths: str | Path) -> dict[str, Any]:
             config.update(yaml.safe_load(f) or {})
     validate_config(config)
     return config
+
+
+def gpu_job_threads(config: dict[str, Any]) -> int:
+    """Threads of the largest GPU job (encode_corpus, train) as the workflow declares them."""
+    return max(int(config.get("encoding", {}).get("threads", 2)), int(config.get("training", {}).get("threads", 2)))
+
+
+def check_cores(config: dict[str, Any], cores: int) -> None:
+    """Refuse a run with GPUs where a Lucene job leaves fewer free cores than a GPU job needs.
+
+    Snakemake starts a job only when its threads (capped at ``--cores``) are free, so with
+    ``retrieval.threads`` >= ``--cores`` every index or search job takes all the cores and the
+    GPU waits until it ends: hours for an MS MARCO index.
+    """
+    lucene = min(int(config["retrieval"]["threads"]), cores)
+    need = min(gpu_job_threads(config), cores)
+    if cores - lucene < need:
+        raise ConfigError(
+            f"retrieval.threads = {config['retrieval']['threads']} with --cores {cores} leaves {cores - lucene} "
+            f"core(s) beside a Lucene job, fewer than a GPU job's {need} (encoding/training threads), so the GPU "
+            f"would wait for Lucene; fix: set retrieval.threads <= {cores - need} or run with --cores >= "
+            f"{int(config['retrieval']['threads']) + need}")

@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from splade_rescale.config import ConfigError, query_max_length, validate_config
 from splade_rescale.corpora import corpora
 from splade_rescale.recipes import resolve_recipe
+from splade_rescale.schedule import Job, gpu_usage, list_schedule
 
 REPO = Path(__file__).resolve().parents[2]
 THROUGHPUTS_PATH = REPO / "config" / "throughputs.json"
@@ -270,6 +271,71 @@ def tokens(words: float, tokens_per_word: float, max_length: int) -> float:
     return min(float(max_length), 2 + words * tokens_per_word)
 
 
+Histogram = list[tuple[int, int]]  # (tokens, texts of that length), ascending
+
+
+def _histogram(words_per_text: Iterable[int], tokens_per_word: float) -> Histogram:
+    counts: dict[int, int] = {}
+    for words in words_per_text:
+        n = round(2 + words * tokens_per_word)
+        counts[n] = counts.get(n, 0) + 1
+    return sorted(counts.items())
+
+
+def expected_longest(histogram: Histogram, n: int, max_length: int) -> float:
+    """Expected tokens of the longest of ``n`` texts drawn from ``histogram``, cut at ``max_length``:
+    the length a batch of ``n`` texts is padded to."""
+    total = sum(c for _, c in histogram)
+    out, below = 0.0, 0
+    for length, count in histogram:
+        out += min(length, max_length) * (((below + count) / total) ** n - (below / total) ** n)
+        below += count
+    return out
+
+
+def training_histograms(data: Mapping[str, Any], root: Path, text: Mapping[str, Any]) -> tuple[Histogram, Histogram]:
+    """Token-length histograms of the training queries and documents (padding needs the spread, not the mean)."""
+    tpw = float(text["tokens_per_word"])
+    if data["source"] == "ir_datasets" and str(data.get("id", "")).startswith("msmarco-passage"):
+        if "msmarco_query_tokens" in text:
+            return ([tuple(x) for x in text["msmarco_query_tokens"]], [tuple(x) for x in text["msmarco_passage_tokens"]])
+        q, d = MSMARCO_TRAIN
+        return _histogram([round(q.words)], tpw), _histogram([round(d.words)], tpw)
+    if data["source"] == "beir_local":
+        from splade_rescale.datasets import load_corpus, load_dataset
+
+        spec = {**data, "metrics": "beir"}
+        docs, _ = load_corpus("training", spec, root, count=False)
+        return (_histogram((len(t.split()) for t in load_dataset("training", spec, root).queries.values()), tpw),
+                _histogram((len(t.split()) for _, t in docs), tpw))
+    if data["source"] == "tsv_triples":
+        from splade_rescale.datasets import iter_triples_tsv
+
+        triples = list(iter_triples_tsv(root / data["path"]))
+        return (_histogram((len(q.split()) for q, _, _ in triples), tpw),
+                _histogram((len(t.split()) for _, p, n in triples for t in (p, n)), tpw))
+    raise PlanError(f"training.data.source = {data['source']!r}: lengths unknown to the plan; fix: use MS MARCO "
+                    "triples, beir_local or tsv_triples, or extend splade_rescale.plan.training_histograms")
+
+
+def _token_cost(tokens_per_text: float, texts: float, attention: float) -> float:
+    """Forward work of ``texts`` texts padded to ``tokens_per_text``: linear in tokens, plus the
+    attention scores' quadratic term (``attention`` = 2 x layers x hidden / parameters per token)."""
+    return texts * tokens_per_text * (1 + attention * tokens_per_text)
+
+
+def train_work_per_query(shape: ModelShape, recipe: Mapping[str, Any], queries: Histogram, docs: Histogram,
+                         processes: int = 1, attention: bool = True) -> float:
+    """Token work of one training query: each micro-batch's queries padded to their longest, its
+    positives and negatives padded together to theirs (``SpladeEncoder.tokenize`` pads to the longest)."""
+    per_rank = max(1, -(-recipe["batch_size"] // (recipe["grad_accumulation"] * processes)))
+    n_docs = 1 + recipe["negatives_per_query"]
+    a = 2 * shape.layers * shape.hidden / shape.parameters if attention else 0.0
+    q = expected_longest(queries, per_rank, recipe["query_max_length"])
+    d = expected_longest(docs, per_rank * n_docs, recipe["doc_max_length"])
+    return _token_cost(q, 1, a) + _token_cost(d, n_docs, a)
+
+
 # --- the plan -----------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -287,6 +353,9 @@ class ModelCost:
     index_bytes: float = 0.0
     model_bytes: float = 0.0       # init + final (+ checkpoints) folders
     other_bytes: float = 0.0       # query vectors, runs
+    encode_corpus_h: dict[str, float] = dataclasses.field(default_factory=dict)   # per corpus, start-up included
+    index_core_h: dict[str, float] = dataclasses.field(default_factory=dict)      # per corpus
+    retrieve_core_h: dict[str, float] = dataclasses.field(default_factory=dict)   # per dataset
 
 
 def _arch(throughputs: Mapping[str, Any], shape: ModelShape) -> dict[str, Any]:
@@ -307,7 +376,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     of_dataset, corpus_specs = corpora(config["datasets"])
     corpus_sizes = {c: corpus_size(c, spec, root) for c, spec in corpus_specs.items()}
     query_sizes = {d: query_size(d, spec, root) for d, spec in config["datasets"].items()}
-    train_q, train_d = training_lengths(config["training"]["data"], root)
+    train_hists = training_histograms(config["training"]["data"], root, throughputs["text"])
 
     def search_seconds(kind: str, corpus: str) -> tuple[float, float]:
         """CPU seconds (one thread) per query on a corpus: at the measured QPS, and scaled by corpus size."""
@@ -344,17 +413,26 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         cost = ModelCost(name, variant, shape)
         if not is_ref:
             recipe = resolve_recipe(config, name, variant)
-            per_query = (tokens(train_q.words, tpw, recipe["query_max_length"])
-                         + (1 + recipe["negatives_per_query"]) * tokens(train_d.words, tpw, recipe["doc_max_length"]))
-            qps = ref["train_queries_per_s"] * speed * ref["train_tokens_per_query"] / per_query
+            shaped = all(k in ref for k in ("train_query_tokens", "train_doc_tokens", "train_docs_per_query",
+                                            "layers", "hidden"))
+            work = train_work_per_query(shape, recipe, *train_hists, max(1, int(spec.get("train_gpus", 1))), shaped)
+            if shaped:  # the reference step's own lengths, attention included
+                a_ref = 2 * ref["layers"] * ref["hidden"] / ref["parameters"]
+                ref_work = (_token_cost(ref["train_query_tokens"], 1, a_ref)
+                            + _token_cost(ref["train_doc_tokens"], ref["train_docs_per_query"], a_ref))
+            else:
+                ref_work = float(ref["train_tokens_per_query"])
+            qps = ref["train_queries_per_s"] * speed * ref_work / work
             cost.train_gpu_h = recipe["steps"] * recipe["batch_size"] / qps / 3600
             cost.model_bytes = 4 * shape.parameters * 2 + 12 * shape.parameters * recipe["keep_checkpoints"]
         else:
             cost.model_bytes = 4 * shape.parameters
         for corpus, size in corpus_sizes.items():
             dps = encode_rate(ref, speed, tokens(size.words, tpw, encoding["doc_max_length"]))
-            cost.encode_gpu_h += size.count / dps / 3600 + startup_h
-            cost.index_cpu_h += size.count / float(lucene["impact_index_docs_per_s_per_thread"]) / 3600
+            cost.encode_corpus_h[corpus] = size.count / dps / 3600 + startup_h
+            cost.encode_gpu_h += cost.encode_corpus_h[corpus]
+            cost.index_core_h[corpus] = size.count / float(lucene["impact_index_docs_per_s_per_thread"]) / 3600
+            cost.index_cpu_h += cost.index_core_h[corpus]
             cost.shard_bytes += size.count * float(disk["shard_bytes_per_doc"])
             cost.index_bytes += size.count * float(disk["impact_index_bytes_per_doc"])
         for dataset, size in query_sizes.items():
@@ -362,6 +440,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
             cost.query_gpu_h += size.count / encode_rate(ref, speed, tokens(size.words, tpw, q_len)) / 3600
             corpus = of_dataset[dataset]
             low, high = search_seconds("impact", corpus)
+            cost.retrieve_core_h[dataset] = size.count * low / 3600
             cost.retrieve_cpu_h += size.count * low / 3600
             cost.retrieve_cpu_h_high += size.count * high / 3600
             cost.other_bytes += size.count * (float(disk["query_vector_bytes_per_query"])
@@ -371,6 +450,10 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         costs.append(cost)
 
     bm25 = {
+        "index_core_h": {c: s.count / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600
+                         for c, s in corpus_sizes.items()},
+        "retrieve_core_h": {d: size.count * search_seconds("bm25", of_dataset[d])[0] / 3600
+                            for d, size in query_sizes.items()},
         "index_cpu_h": sum(s.count for s in corpus_sizes.values())
         / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600,
         "retrieve_cpu_h": sum(size.count * search_seconds("bm25", of_dataset[d])[0]
@@ -405,6 +488,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
         "models": [dataclasses.asdict(c) for c in costs], "bm25": bm25, "totals": totals,
         "largest_corpus": largest_corpus,
+        "train_gpus": {b: int(spec["train_gpus"]) for b, spec in config["backbones"].items() if "train_gpus" in spec},
         "ram": peak_ram(config, costs, corpus_sizes, throughputs),
     }
 
@@ -443,6 +527,94 @@ def peak_ram(config: Mapping[str, Any], costs: list[ModelCost], corpus_sizes: Ma
     out["impact_retrieve"] = {"gpu": 0.0, "host": heap / GIB, "mapped_index": largest_index / GIB}
     out["bm25_index"] = {"gpu": 0.0, "host": heap / GIB}
     return out
+
+
+# --- the schedule -------------------------------------------------------------------------------
+
+def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any],
+                   gpus_per_job: int = 1) -> list[Job]:
+    """The dry run's jobs with the plan's durations: GPU jobs from its GPU-hours, Lucene jobs from
+    its core-hours over their threads (capped at ``cores``), other jobs the throughputs' fixed times."""
+    fixed = throughputs.get("jobs") or {}
+    default_s = float(fixed.get("default_s", 30))
+    by_model = {(m["name"], m["variant"]): m for m in plan["models"]}
+    bm25 = plan["bm25"]
+    out = []
+    for j in jobs:
+        rule, w, threads = j["rule"], j["wildcards"], j["threads"]
+        model = by_model.get((w.get("backbone"), w.get("variant")))
+        lucene = 3600 / min(threads, cores)  # core-hours -> seconds of a job on its threads
+        gpus = 0
+        if rule == "all":
+            seconds = 0.0
+        elif rule == "train":
+            gpus = int(plan["train_gpus"].get(w["backbone"], gpus_per_job))
+            seconds = model["train_gpu_h"] * 3600 / max(1, gpus)
+        elif rule == "encode_corpus":
+            gpus, seconds = gpus_per_job, model["encode_corpus_h"][w["corpus"]] * 3600
+        elif rule == "encode_queries":
+            gpus, seconds = gpus_per_job, model["query_gpu_h"] * 3600
+        elif rule == "impact_index":
+            seconds = model["index_core_h"][w["corpus"]] * lucene
+        elif rule == "impact_retrieve":
+            seconds = model["retrieve_core_h"][w["dataset"]] * lucene
+        elif rule == "bm25_index":
+            seconds = bm25["index_core_h"][w["corpus"]] * lucene
+        elif rule == "bm25_retrieve":
+            seconds = bm25["retrieve_core_h"][w["dataset"]] * lucene
+        elif rule == "prepare_corpus" and w.get("corpus") in plan["corpora"]:
+            seconds = plan["corpora"][w["corpus"]]["count"] / float(fixed.get("prepare_docs_per_s", 5000))
+        else:
+            seconds = float((fixed.get("fixed_s") or {}).get(rule, default_s))
+        out.append(Job(j["id"], rule, threads, seconds, tuple(j["deps"]), gpus))
+    return out
+
+
+def schedule(plan: Mapping[str, Any], jobs: list[dict], cores: int, gpus: int, throughputs: Mapping[str, Any],
+             gpus_per_job: int = 1) -> dict[str, Any]:
+    """The run on ``cores`` cores and ``gpus`` GPUs: wall hours and the GPU's busy and idle hours."""
+    timed = scheduled_jobs(plan, jobs, cores, throughputs, gpus_per_job)
+    usage = gpu_usage(timed, list_schedule(timed, cores, gpus), gpus)
+    return {"cores": cores, "gpus": gpus, "jobs": len(timed), **usage}
+
+
+def uses_gpus(config: Mapping[str, Any]) -> bool:
+    """Whether the workflow's model jobs ask for a GPU (common.smk's gpu_count)."""
+    gpus = config.get("gpus_per_job")
+    return bool(gpus) if gpus is not None else str(config.get("device", "auto")) != "cpu"
+
+
+def schedule_config(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int = 1,
+                    root: str | Path = ".") -> tuple[dict[str, Any], str]:
+    """``plan --cores N`` for a GPU config: the schedule and its Markdown (with the cores check's warning)."""
+    from splade_rescale.calibrate import dry_run_jobs
+    from splade_rescale.config import check_cores
+
+    config = load_plan_config(configfile)
+    throughputs = load_throughputs(throughputs_file)
+    plan = build_plan(config, throughputs, root)
+    result = schedule(plan, dry_run_jobs(configfile, workdir=root), cores, gpus, throughputs,
+                      int(config.get("gpus_per_job") or 1))
+    try:
+        check_cores(config, cores)
+        warning = None
+    except ConfigError as exc:
+        warning = f"the workflow refuses this run (`--resources gpu={gpus}`): {exc}"
+    return result, render_schedule(result, warning)
+
+
+def render_schedule(s: Mapping[str, Any], warning: str | None = None) -> str:
+    lines = [f"## Schedule on {s['cores']} cores and {s['gpus']} GPU(s)", "",
+             "Jobs list-scheduled as Snakemake runs them: a job starts when its threads (capped at the cores) "
+             "and its `gpu` resource are free; longest remaining path first.", "",
+             "| figure | hours |", "|---|---|",
+             f"| wall | {_h(s['wall_h'])} |", f"| GPU busy | {_h(s['gpu_busy_h'])} |",
+             f"| GPU idle | {_h(s['gpu_idle_h'])} |",
+             f"| of which before the first GPU job (downloads, data preparation) | {_h(s['gpu_idle_before_first_h'])} |",
+             f"| of which after the last GPU job (the last indexes and searches) | {_h(s['gpu_idle_after_last_h'])} |", ""]
+    if warning:
+        lines += [f"Warning: {warning}", ""]
+    return "\n".join(lines)
 
 
 # --- output -------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from splade_rescale.config import ConfigError, query_max_length, validate_config
+from splade_rescale.config import ConfigError, check_cores, query_max_length, validate_config
 from splade_rescale.corpora import corpora
 from splade_rescale.recipes import resolve_recipe
 
@@ -24,6 +24,17 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
+# A local run that declares GPUs (--resources gpu=N) must leave a GPU job's cores free beside Lucene.
+def _resource(name):
+    value = workflow.global_resources.get(name)
+    return getattr(value, "value", value)
+
+
+if workflow.local_exec and not workflow.remote_exec and _resource("gpu"):
+    try:
+        check_cores(config, _resource("_cores"))
+    except ConfigError as exc:
+        raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 
 
 class ConfigSection(dict):
