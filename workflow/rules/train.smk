@@ -26,7 +26,8 @@ ruleorder: fetch_reference_model > train
 rule train:
     input:
         init="results/models/{backbone}/{variant}/init",
-        examples="results/training/examples.jsonl" if MINED else [],
+        examples=("results/training/examples.jsonl" if MINED  # other sources: prepared in data.smk
+                  else lambda w: PREPARED_EXAMPLES.get((w.backbone, w.variant), [])),
     output:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model=directory("results/models/{backbone}/{variant}/final"),
@@ -34,7 +35,8 @@ rule train:
     params:
         recipe=lambda w: as_json(resolve_recipe(config, w.backbone, w.variant)),
         data=as_json(TRAIN_DATA),
-        examples=lambda w, input: f"--examples {input.examples}" if MINED else "",
+        examples=lambda w, input: f"--{'examples' if MINED else 'prepared'} {input.examples}" if input.examples else "",
+        # a param, not an output: it outlives a failed job, with the log rows up to each checkpoint
         checkpoints="results/models/{backbone}/{variant}/checkpoints",
         launcher=lambda w, resources: training_launcher(resources.gpu),
     threads: config["training"]["threads"]
