@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from conftest import REPO, tiny_modernbert
-from splade_rescale.backbones import BackboneUnavailableError, fetch_backbone
+from conftest import REPO, tiny_bert, tiny_modernbert
+from splade_rescale.backbones import BackboneUnavailableError, fetch_backbone, weight_patterns
 from splade_rescale.heads import mlm_head
 from splade_rescale.norms import measure_model_dir, write_norms_table
 from splade_rescale.rescale import rescale_backbone, resolve_factor
@@ -105,6 +108,94 @@ def test_hub_backbone_offline_fails_cleanly(tmp_path, monkeypatch):
     with pytest.raises(BackboneUnavailableError, match="backbone 'bert'.*HF_HUB_OFFLINE"):
         fetch_backbone("bert", {"source": "hf", "repo_id": "google-bert/bert-base-uncased"}, out)
     assert not out.exists()
+
+
+SHARDS = ["pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin"]
+
+
+def _downloaded(files: list[str] | None, listing: list[str]) -> list[str]:
+    """What huggingface_hub's own filter lets through of ``listing`` with our patterns."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return sorted(filter_repo_objects(listing, allow_patterns=weight_patterns("b", "org/m", "v1", files)))
+
+
+def test_weight_patterns_take_bin_only_without_safetensors():
+    both = ["config.json", "model.safetensors", "pytorch_model.bin", "tf_model.h5", "vocab.txt", "training_args.bin"]
+    assert _downloaded(both, both) == ["config.json", "model.safetensors", "vocab.txt"]
+    old = ["config.json", "pytorch_model.bin", "training_args.bin", "vocab.txt"]
+    assert _downloaded(old, old) == ["config.json", "pytorch_model.bin", "vocab.txt"]
+    sharded = ["config.json", *SHARDS, "pytorch_model.bin.index.json", "optimizer.pt"]
+    assert _downloaded(sharded, sharded) == sorted(["config.json", *SHARDS, "pytorch_model.bin.index.json"])
+    with pytest.raises(BackboneUnavailableError, match=r"org/m@v1 has no \*\.safetensors.*backbones\.b\.revision"):
+        weight_patterns("b", "org/m", "v1", ["config.json", "tf_model.h5"])
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _cached_repo(hub: Path, repo: str, tokenizer: Path, bins: dict[str, dict], safetensors: bool = False,
+                 listed_only: tuple[str, ...] = ()) -> None:
+    """A Hugging Face cache entry for ``org/{repo}`` at COMMIT: tiny BERT's config and tokenizer, its
+    weights as model.safetensors (``safetensors``) and/or ``bins`` (file name -> state dict, with an
+    index when sharded), and a tree listing that also names ``listed_only`` (on the Hub, not cached)."""
+    folder = hub / f"models--org--{repo}"
+    snapshot = folder / "snapshots" / COMMIT
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(COMMIT)
+    tiny_bert().save_pretrained(snapshot)
+    if not safetensors:
+        (snapshot / "model.safetensors").unlink()
+    shutil.copytree(tokenizer, snapshot, dirs_exist_ok=True)
+    for name, state in bins.items():
+        torch.save(state, snapshot / name)
+    if len(bins) > 1:
+        (snapshot / "pytorch_model.bin.index.json").write_text(json.dumps(
+            {"metadata": {}, "weight_map": {k: n for n, state in bins.items() for k in state}}))
+    files = {p.name: {"size": p.stat().st_size, "blob_id": "0" * 40} for p in snapshot.iterdir()}
+    files.update({n: {"size": 1, "blob_id": "0" * 40} for n in listed_only})
+    (folder / "trees").mkdir()
+    (folder / "trees" / f"{COMMIT}.json").write_text(json.dumps({"format_version": 1, "files": files}))
+
+
+def test_pinned_revision_with_only_bin_weights_is_fetched_offline(tmp_path, minilm_path):
+    """A pre-safetensors revision (one pytorch_model.bin, or shards and their index) is fetched from
+    a warm cache, with the Hub unreachable; a revision with both kinds brings safetensors only:
+    its listing names pytorch_model.bin, which is not in the cache, and asking for it would fail."""
+    tokenizer = tmp_path / "tokenizer"
+    AutoTokenizer.from_pretrained(str(minilm_path)).save_pretrained(tokenizer)
+    state = tiny_bert().state_dict()
+    keys = list(state)
+    hub = tmp_path / "hf" / "hub"
+    _cached_repo(hub, "old", tokenizer, {"pytorch_model.bin": state})
+    _cached_repo(hub, "sharded", tokenizer, {SHARDS[0]: {k: state[k] for k in keys[:20]},
+                                             SHARDS[1]: {k: state[k] for k in keys[20:]}})
+    _cached_repo(hub, "both", tokenizer, {}, safetensors=True, listed_only=("pytorch_model.bin",))
+    script = f"""
+import json, sys
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import IncompleteSnapshotError
+from splade_rescale.backbones import fetch_backbone
+out = {{r: fetch_backbone(r, {{"source": "hf", "repo_id": "org/" + r, "revision": "main"}}, sys.argv[1] + "/" + r)
+       for r in ("old", "sharded", "both")}}
+try:
+    snapshot_download("org/both", allow_patterns=["*.bin"])
+    out["bin_of_both"] = "fetched"
+except IncompleteSnapshotError:
+    out["bin_of_both"] = "missing"
+print(json.dumps(out))
+"""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifests = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert manifests.pop("bin_of_both") == "missing"  # so the "both" fetch asked for no .bin
+    bias = state["cls.predictions.bias"]
+    for repo, manifest in manifests.items():
+        assert (manifest["resolved_commit"], manifest["missing_keys"]) == (COMMIT, []), repo
+        saved = AutoModelForMaskedLM.from_pretrained(tmp_path / "out" / repo / "model")
+        assert torch.equal(saved.cls.predictions.bias, bias), repo  # the checkpoint's weights, not a fresh init
 
 
 def test_cli_reports_one_line_and_exit_code(tmp_path):

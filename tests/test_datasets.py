@@ -28,7 +28,7 @@ SUB = {"max_queries": 20, "max_judged_per_query": 3, "extra_docs": 50, "seed": 0
 def test_scifact_full_counts():
     ds = load_dataset("scifact", SCIFACT)
     assert len(ds.queries) == 300 and sum(len(v) for v in ds.qrels.values()) == 339
-    assert ds.doc_ids is None and not ds.exclude_self
+    assert ds.doc_ids is None and ds.exclude_self  # BEIR metrics: a query's own id is dropped
     docs = dict(ds.iter_docs())
     assert len(docs) == 5183 and ds.stats["n_docs"] == 5183
     assert all(d in docs for q in ds.qrels for d in ds.qrels[q])  # README: every qrels doc is in the corpus
@@ -112,13 +112,16 @@ def test_unknown_qrels_queries_and_empty_docs_are_counted(tmp_path, caplog):
 
 
 def test_exclude_self_default():
-    assert load_dataset("scifact", SCIFACT).exclude_self is False
-    assert load_dataset("beir-arguana", SCIFACT).exclude_self is True
-    assert default_exclude_self("x", {"source": "ir_datasets", "id": "beir/quora/test"}) is True
-    assert default_exclude_self("x", {"source": "ir_datasets", "id": "msmarco-passage/dev/small"}) is False
-    assert default_exclude_self("x", {"id": "beir/quora/test", "exclude_self": False}) is False
-    assert default_exclude_self("x", {"id": "beir/scifact/test", "exclude_self": True}) is True
-    assert load_dataset("beir-quora", {**SCIFACT, "exclude_self": False}).exclude_self is False
+    """On for every BEIR set (Pyserini's --remove-query, BEIR's ignore_identical_ids), off for MS MARCO."""
+    assert load_dataset("scifact", SCIFACT).exclude_self is True
+    assert load_dataset("dl19", DL19).exclude_self is False
+    assert default_exclude_self("x", {"source": "ir_datasets", "id": "beir/fiqa/test"}) is True  # metrics default: beir
+    assert default_exclude_self("x", {"id": "msmarco-passage/dev/small", "metrics": "msmarco"}) is False
+    assert default_exclude_self("x", {"id": "beir/quora/test", "metrics": "beir", "exclude_self": False}) is False
+    assert default_exclude_self("x", {"metrics": "trec-dl", "exclude_self": True}) is True
+    assert load_dataset("scifact", {**SCIFACT, "exclude_self": False}).exclude_self is False
+    with pytest.raises(DatasetError, match=r"datasets\.x\.exclude_self: 'no' .*true or false"):
+        default_exclude_self("x", {"metrics": "beir", "exclude_self": "no"})
 
 
 def test_triples_sample():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,55 @@ class BackboneUnavailableError(RuntimeError):
     """The backbone cannot be obtained; the message says how to fix it."""
 
 
+_CONFIG_PATTERNS = ["*.json", "*.txt", "*.model"]  # configs, tokenizers, a sharded checkpoint's index
+_BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model-*.bin"]
+
+
+def weight_patterns(name: str, repo_id: str, revision: str, files: list[str] | None) -> list[str]:
+    """``allow_patterns`` for a revision whose files are ``files``: its safetensors weights, or, for
+    a revision from before safetensors, its ``pytorch_model*.bin`` ones; never both. ``None``
+    (the files are unknown: a cache without a listing) allows either, for the cache only."""
+    if files is None:
+        return [*_CONFIG_PATTERNS, "*.safetensors", *_BIN_PATTERNS]
+    if any(f.endswith(".safetensors") for f in files):
+        return [*_CONFIG_PATTERNS, "*.safetensors"]
+    if any(fnmatch(f, p) for f in files for p in _BIN_PATTERNS):
+        return [*_CONFIG_PATTERNS, *_BIN_PATTERNS]
+    raise BackboneUnavailableError(
+        f"backbone {name!r}: {repo_id}@{revision} has no *.safetensors and no pytorch_model*.bin weights; "
+        f"fix: set backbones.{name}.revision to a commit that has them")
+
+
+def _revision_files(repo_id: str, revision: str) -> list[str] | None:
+    """The revision's file names: from the Hub, else (offline, unreachable) from the cache's listing
+    of that revision (huggingface_hub >= 2 keeps one); None where neither has them."""
+    import httpx2
+    from huggingface_hub import HfApi, get_cached_repo_tree
+    from huggingface_hub.errors import CachedRepoTreeNotFoundError, OfflineModeIsEnabled
+
+    try:
+        return HfApi().list_repo_files(repo_id, revision=revision)
+    except (OfflineModeIsEnabled, httpx2.TransportError):
+        pass
+    try:
+        return [f.path for f in get_cached_repo_tree(repo_id, revision=revision)]
+    except CachedRepoTreeNotFoundError:
+        return None
+
+
 def download_from_hub(name: str, repo_id: str, revision: str) -> tuple[Path, str]:
-    """Snapshot-download a model repo (or take it from the cache); return (folder, commit)."""
+    """Snapshot-download a model repo (or take it from the cache); return (folder, commit).
+
+    The revision's files are listed first, so that a revision with only ``*.bin`` weights (older
+    SPLADE checkpoints) can be pinned, and a revision with both kinds brings only safetensors.
+    """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        folder = Path(snapshot_download(repo_id=repo_id, revision=revision,
-                                        allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+        files = _revision_files(repo_id, revision)
+        folder = Path(snapshot_download(repo_id=repo_id, revision=revision, local_files_only=files is None,
+                                        allow_patterns=weight_patterns(name, repo_id, revision, files)))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as exc:
         raise BackboneUnavailableError(
             f"backbone {name!r}: cannot get {repo_id}@{revision} from the Hugging Face Hub "

@@ -14,6 +14,9 @@ every split's queries; DL20's topic file holds 200 queries of which 54 are judge
 that name a query missing from the query file are dropped with a warning and counted in
 ``Dataset.stats`` (some BEIR sets have them; such a query cannot be run). Empty documents
 are kept (they are part of the real corpora) and counted.
+
+``exclude_self`` (default: on for ``metrics: beir``, off otherwise) drops a document whose id
+equals the query id from that query's run and from its evaluation (see :func:`default_exclude_self`).
 """
 
 from __future__ import annotations
@@ -295,12 +298,16 @@ def _resolve(spec: Mapping, root: Path) -> dict:
 
 
 def default_exclude_self(name: str, spec: Mapping) -> bool:
-    """Whether to drop a query's own id from its results: the spec's ``exclude_self`` if set,
-    else on when the name/id/path mentions ArguAna or Quora (BEIR: there queries are docs)."""
-    if spec.get("exclude_self") is not None:
-        return bool(spec["exclude_self"])
-    ident = f"{name} {spec.get('id', '')} {spec.get('path', '')}".lower()
-    return "arguana" in ident or "quora" in ident
+    """Whether to drop a document whose id equals the query id from that query's results: the
+    spec's ``exclude_self`` if set, else on for ``metrics: beir``, as Pyserini's BEIR runs
+    (``--remove-query``) and BEIR's evaluator (``ignore_identical_ids=True``) do on every BEIR set."""
+    value = spec.get("exclude_self")
+    if value is None:
+        return str(spec.get("metrics", "beir")) == "beir"
+    if not isinstance(value, bool):
+        raise DatasetError(f"datasets.{name}.exclude_self: {value!r} is not true or false; "
+                           "write exclude_self: true or false")
+    return value
 
 
 def load_dataset(name: str, spec: Mapping, root: str | Path = ".") -> Dataset:

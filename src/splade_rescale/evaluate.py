@@ -6,6 +6,16 @@ descending (trec_eval's order, whatever the rank column says); nDCG uses linear 
 (TREC DL recall uses grade >= 2). Unlike trec_eval's default, every query in the qrels is
 evaluated: a query missing from the run scores 0 (trec_eval ``-c``), and the counts of
 such mismatches are reported next to the scores so they are never silent.
+
+Ties: Anserini ranks equal scores by docid ascending, the reverse of trec_eval. The run files
+we write carry Anserini's order in their scores (:func:`splade_rescale.lucene.untie`), so
+trec_eval, ranx and this module rank them as Anserini did; the docid-descending rule only
+decides the ties of other runs, e.g. Pyserini's published impact runs, whose float32 scores
+lost Anserini's tie adjustment (their published figures are trec_eval's, so ours match them).
+
+``exclude_self`` drops a hit whose docid is the query id before scoring, as BEIR's
+``EvaluateRetrieval.evaluate(ignore_identical_ids=True)`` does; our searches have already
+dropped it (Pyserini's ``--remove-query``), so on our runs it changes nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +61,9 @@ def _hits(run: RunLike, qid: str) -> list[tuple[str, float]]:
 def trec_order(run: RunLike) -> dict[str, dict[str, float]]:
     """Replace scores by strictly decreasing ones in trec_eval's order (score desc, docid desc).
 
-    ranx would break score ties its own way; this makes its rankings trec_eval's.
+    ranx sorts a query's hits with numba's ``np.argsort`` (quicksort, not stable) on the negated
+    scores (``ranx/data_structures/common.py``: ``sort_dict_by_value``), so its order of equal
+    scores is no rule; given strictly decreasing scores its rankings are trec_eval's.
     """
     out: dict[str, dict[str, float]] = {}
     for qid in run:
@@ -61,10 +73,11 @@ def trec_order(run: RunLike) -> dict[str, dict[str, float]]:
 
 
 def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
-                 efficiency: Mapping | None = None) -> dict:
+                 efficiency: Mapping | None = None, exclude_self: bool = False) -> dict:
     """Aggregate and per-query scores plus query-count diagnostics.
 
     ``metrics``: a metric-set name (``msmarco``, ``trec-dl``, ``beir``) or {name: ranx metric}.
+    ``exclude_self``: drop each query's hit on its own id first (counted in ``n_self_hits_dropped``).
     """
     from ranx import evaluate
 
@@ -72,6 +85,11 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
 
     mset = metric_set(metrics) if isinstance(metrics, str) else dict(metrics)
     qrels = {q: {d: int(g) for d, g in v.items()} for q, v in qrels.items() if v}
+    n_self = 0
+    if exclude_self:
+        kept = {q: [h for h in _hits(run, q) if h[0] != q] for q in run}
+        n_self = sum(len(_hits(run, q)) - len(kept[q]) for q in run)
+        run = kept
     in_run = {q for q in run if _hits(run, q)}
     ordered = trec_order({q: run[q] for q in run if q in qrels and q in in_run})
     judged_retrieved = {q for q in ordered if any(d in qrels[q] for d in ordered[q])}
@@ -103,6 +121,7 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
         "n_queries_in_run_not_in_qrels": len(in_run - set(qrels)),
         "n_queries_without_results": n_missing,
         "n_queries_without_judged_results": len(qrels) - len(judged_retrieved),
+        "n_self_hits_dropped": n_self,
         "efficiency": dict(efficiency or {}),
         "per_query": per_query,
     }
@@ -213,18 +232,19 @@ def compare_systems(per_query: Mapping[str, Mapping[str, float]], reference: str
 
 def run_evaluate(run_path: str | Path, qrels: Qrels, metrics: str, out_path: str | Path,
                  efficiency: Mapping | None = None, extra: Mapping | None = None,
-                 qrels_path: str | Path | None = None) -> dict:
+                 qrels_path: str | Path | None = None, exclude_self: bool = False) -> dict:
     """CLI stage: TREC run file -> metrics JSON (scores, per-query, diagnostics, efficiency).
 
     ``qrels_path``: where to write the qrels exactly as evaluated (after subsetting and
     filtering, TREC format), so that trec_eval on the run and that file gives our number.
+    ``exclude_self``: the dataset's (:func:`evaluate_run`).
     """
     from splade_rescale.datasets import write_qrels
     from splade_rescale.lucene import read_trec_run
 
     if qrels_path:
         write_qrels(qrels, qrels_path)
-    result = evaluate_run(qrels, read_trec_run(run_path), metrics, efficiency)
+    result = evaluate_run(qrels, read_trec_run(run_path), metrics, efficiency, exclude_self)
     result = {"run": str(run_path), "metric_set": metrics, **(extra or {}), **result}
     write_json(out_path, result)
     return result

@@ -13,6 +13,7 @@ import glob
 import gzip
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -24,7 +25,7 @@ from splade_rescale.atomic import atomic_dir, atomic_file
 
 log = logging.getLogger(__name__)
 
-Run = dict[str, list[tuple[str, float]]]  # qid -> [(docid, score)] best first
+Run = dict[str, list[tuple[str, float]]]  # qid -> [(docid, score)] best first, in Anserini's order
 _INCUBATOR = "--add-modules=jdk.incubator.vector"
 _READY = False
 MAX_CLAUSES = 1 << 20  # > any vocabulary
@@ -165,14 +166,16 @@ def _index_stats(index_dir: Path, seconds: float) -> dict:
 # ---------------------------------------------------------------------------- search
 
 
-def _to_run(results: Any, k: int, exclude_self: bool, integer: bool = False) -> Run:
+def _to_run(results: Any, exclude_self: bool, integer: bool = False) -> Run:
+    """Anserini's hits in Anserini's order: score descending, equal Lucene scores by docid ascending
+    (its searchers sort by ``SortField.FIELD_SCORE`` then the ``id`` field's ``STRING_VAL``, i.e.
+    UTF-8 byte order, which is Python's ``str`` order). ``exclude_self`` drops the hit whose docid
+    is the query id after the top k are taken, as Pyserini's ``--remove-query`` does: k - 1 remain."""
     run: Run = {}
     for entry in results.entrySet().toArray():
         qid = entry.getKey()
         hits = [(h.docid, float(round(h.score)) if integer else float(h.score)) for h in entry.getValue()]
-        if exclude_self:
-            hits = [h for h in hits if h[0] != qid]
-        run[qid] = hits[:k]
+        run[qid] = [h for h in hits if h[0] != qid] if exclude_self else hits
     return run
 
 
@@ -183,13 +186,12 @@ def impact_search(index_dir: str | Path, query_vectors: Mapping[str, Mapping[str
     Anserini's SimpleImpactSearcher is called directly: Pyserini's LuceneImpactSearcher
     drops query terms whose idf is <= ``min_idf`` (0 by default), i.e. terms present in every
     document, and recomputes idf over the whole vocabulary at start. We keep every term.
-    ``exclude_self`` drops a document whose id equals the query id (ArguAna/Quora in BEIR);
-    one extra hit is fetched so k results remain.
+    ``exclude_self`` drops a document whose id equals the query id (see :func:`_to_run`).
 
     Scores are rounded to integers: with integer weights the dot product is an integer, and
-    Anserini's ScoreTiesAdjusterReranker lowers the i-th of a group of tied scores by i * 1e-6
-    (to make its order deterministic), which rounding undoes. Which of several documents tied
-    at the k-th score are returned is Lucene's choice.
+    Anserini's ScoreTiesAdjusterReranker lowers the i-th of a group of tied scores by i * 1e-6,
+    which rounding undoes (at SPLADE's magnitudes float32 has already lost it). Tied documents
+    keep Anserini's order, docid ascending, also at the k-th score: the smallest docids are kept.
     """
     JArrayList = _autoclass("java.util.ArrayList")
     JHashMap = _autoclass("java.util.HashMap")
@@ -208,8 +210,8 @@ def impact_search(index_dir: str | Path, query_vectors: Mapping[str, Mapping[str
                 continue
             queries.add(jq)
             qids.add(qid)
-        run = _to_run(searcher.batch_search(queries, qids, int(k + exclude_self), int(threads)), k,
-                      exclude_self, integer=True) if not queries.isEmpty() else {}
+        run = _to_run(searcher.batch_search(queries, qids, int(k), int(threads)), exclude_self,
+                      integer=True) if not queries.isEmpty() else {}
     finally:
         searcher.close()
     for qid in empty:
@@ -223,6 +225,9 @@ def bm25_search(index_dir: str | Path, queries: Mapping[str, str], k: int = 1000
                 k1: float = 0.9, b: float = 0.4, exclude_self: bool = False) -> Run:
     """BM25 top-k with Pyserini's defaults (k1=0.9, b=0.4, Anserini's English analyser).
 
+    Scores are Anserini's (rounded to 1e-4, ties lowered by i * 1e-6); ``exclude_self`` as in
+    :func:`impact_search`.
+
     Anserini's SimpleSearcher is called directly, as Pyserini's LuceneSearcher does: importing
     ``pyserini.search.lucene`` also imports Pyserini's dense encoders (torch, transformers,
     scikit-learn), ~8 CPU-seconds per job for nothing.
@@ -235,7 +240,7 @@ def bm25_search(index_dir: str | Path, queries: Mapping[str, str], k: int = 1000
         for qid, text in queries.items():
             query_strings.add(text)
             qids.add(qid)
-        run = _to_run(searcher.batch_search(query_strings, qids, int(k + exclude_self), int(threads)), k,
+        run = _to_run(searcher.batch_search(query_strings, qids, int(k), int(threads)),
                       exclude_self) if queries else {}
     finally:
         searcher.close()
@@ -253,13 +258,47 @@ def bm25_negatives(index_dir: str | Path, queries: Mapping[str, str], positives:
 # ---------------------------------------------------------------------------- run files
 
 
+TIE_STEP = 1e-6  # Anserini's ScoreTiesAdjusterReranker: the i-th of a group of equal scores loses i * 1e-6
+
+
+def untie(scores: list[float]) -> list[float]:
+    """Non-increasing scores made strictly decreasing without reordering: the i-th of each group of
+    equal scores lowered by ``i * TIE_STEP`` (less where the next lower score is closer), in double
+    precision (distinct for scores below 1e9).
+
+    Why: trec_eval (and pytrec_eval, BEIR's evaluator) ignore the rank column and order equal
+    scores by docid descending, ranx in no defined order; Anserini lowers ties so that the scores
+    carry its order, but in float32, which cannot hold 1e-6 above a score of about 32 (every
+    SPLADE score). Untied, a run file ranks the same in every tool.
+    """
+    out = list(scores)
+    i = 0
+    while i < len(out):
+        j = i
+        while j + 1 < len(out) and scores[j + 1] == scores[i]:
+            j += 1
+        if j > i:
+            gap = scores[i] - scores[j + 1] if j + 1 < len(scores) else math.inf
+            step = min(TIE_STEP, gap / (j - i + 1))
+            out[i:j + 1] = [scores[i] - n * step for n in range(j - i + 1)]
+        i = j + 1
+    return out
+
+
 def write_trec_run(run: Mapping[str, list[tuple[str, float]]], path: str | Path, tag: str = "splade") -> None:
-    """Write a TREC run (``qid Q0 docid rank score tag``), atomically; hits sorted by score desc."""
+    """Write a TREC run (``qid Q0 docid rank score tag``), atomically.
+
+    Hits are stably sorted by score descending (equal scores keep the order given: Anserini's, for
+    our searches) and tied scores are lowered by :func:`untie`, so that trec_eval, ranx and our
+    evaluation all rank the file as Anserini did. Integral scores are written as integers, others
+    exactly (``repr``).
+    """
     with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for qid in run:
-            hits = sorted(run[qid], key=lambda h: (-h[1], h[0]))
-            for rank, (docid, score) in enumerate(hits, 1):
-                s = int(score) if float(score).is_integer() else f"{score:.6f}"
+            hits = sorted(run[qid], key=lambda h: -h[1])
+            scores = untie([float(s) for _, s in hits])
+            for rank, ((docid, _), score) in enumerate(zip(hits, scores), 1):
+                s = int(score) if score.is_integer() else repr(score)
                 fh.write(f"{qid} Q0 {docid} {rank} {s} {tag}\n")
 
 
@@ -328,12 +367,18 @@ def run_build_impact_index(collection_dir: str | Path, index_dir: str | Path, th
 
 
 def run_build_bm25_index(name: str, corpus_spec: Mapping, index_dir: str | Path, threads: int = 1,
-                         root: str | Path = ".", stats_path: str | Path | None = None) -> dict:
-    """CLI stage: a corpus (or a dataset's subset) -> BM25 index (+ stats JSON)."""
+                         root: str | Path = ".", stats_path: str | Path | None = None, total: int | None = None
+                         ) -> dict:
+    """CLI stage: a corpus (or a dataset's subset) -> BM25 index (+ stats JSON); ``total`` (its
+    prepared document count) sizes the progress bar."""
+    from tqdm.auto import tqdm
+
     from splade_rescale.atomic import write_json
     from splade_rescale.datasets import load_corpus
 
-    stats = build_bm25_index(load_corpus(name, corpus_spec, root, count=False)[0], index_dir, threads)
+    docs = tqdm(load_corpus(name, corpus_spec, root, count=False)[0], total=total, desc="bm25 docs", unit="doc",
+                mininterval=5)
+    stats = build_bm25_index(docs, index_dir, threads)
     if stats_path:
         write_json(stats_path, stats)
     return stats
