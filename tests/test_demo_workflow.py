@@ -145,12 +145,12 @@ def test_rerun_has_nothing_to_do(demo: Path) -> None:
 
 
 def test_runtime_settings_rerun_nothing(demo: Path) -> None:
-    """Batch size, device, shard size, size budget and Lucene threads change how fast a job runs,
+    """Batch size, device, shard size, size budgets and Lucene threads change how fast a job runs,
     not what it writes: after a finished demo, editing them plans no job (no encode, index, retrieve)."""
     with open(demo / DEMO_CONFIG) as f:
         config = yaml.safe_load(f)
     config["device"] = "cpu"
-    config["encoding"].update(batch_size=7, shard_size=1234, index_budget_gb=55)
+    config["encoding"].update(batch_size=7, shard_size=1234, index_budget_gb=55, model_budget_gb=66)
     config["retrieval"]["threads"] = 2
     changed = demo / "config/demo-runtime.yaml"
     changed.write_text(yaml.safe_dump(config))

@@ -16,19 +16,21 @@ from splade_rescale.rehearsal_data import build
 
 def test_rehearsal_dry_run_has_the_paper_structure():
     """Corpus work once per corpus (dev/DL19/DL20 share one), every rule of the paper run except the
-    reference model (a published checkpoint needs the Hub), plus BM25 negative mining for SciFact."""
+    reference model (a published checkpoint needs the Hub) and the preparation of ir_datasets
+    queries and training data (the rehearsal's are local files), plus BM25 negative mining for SciFact."""
     rehearsal = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", "config/rehearsal.yaml")
     paper = snakemake("all", "-n", "--forceall", "--cores", "8", "--quiet", "rules")
     assert rehearsal.returncode == 0 and paper.returncode == 0, rehearsal.stderr[-2000:] + paper.stderr[-2000:]
     counts, paper_counts = job_counts(rehearsal.stdout), job_counts(paper.stdout)
-    assert set(counts) == set(paper_counts) - {"fetch_reference_model"} | {"mine_negatives"}
+    ir_datasets_only = {"prepare_queries", "prepare_training_source", "prepare_training_data"}
+    assert set(counts) == set(paper_counts) - {"fetch_reference_model"} - ir_datasets_only | {"mine_negatives"}
     models, corpora, datasets = 3 * 2, 3, 5
     for rule in ("encode_corpus", "impact_index"):
         assert counts[rule] == models * corpora, rule
     assert counts["encode_queries"] == models  # one job per model for all its query sets
     for rule in ("impact_retrieve", "evaluate"):
         assert counts[rule] == models * datasets, rule
-    assert counts["bm25_index"] == corpora and counts["train"] == models
+    assert counts["bm25_index"] == counts["prepare_corpus"] == corpora and counts["train"] == models
     assert counts == planned_jobs(load_plan_config(REPO / "config/rehearsal.yaml"))
     assert re.search(r"results/indexes/modernbert-r-x16/rescaled/msmarco-like\b", rehearsal.stdout)
     assert "results/indexes/bert-r/baseline/dl19" not in rehearsal.stdout

@@ -48,6 +48,10 @@ def test_paper_dry_run_shows_the_whole_experiment():
     for rule in ("impact_retrieve", "evaluate"):
         assert counts[rule] == models * datasets, rule
     assert counts["bm25_index"] == corpora
+    # data preparation on the CPU: each corpus's docs store, each ir_datasets query set, the
+    # training triples' caches once, and the examples of the one stream all 18 recipes read
+    assert counts["prepare_corpus"] == corpora and counts["prepare_queries"] == datasets
+    assert counts["prepare_training_source"] == 1 and counts["prepare_training_data"] == 1
     for rule in ("bm25_retrieve", "evaluate_bm25"):
         assert counts[rule] == datasets, rule
     assert counts["tables"] == 1

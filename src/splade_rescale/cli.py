@@ -127,6 +127,7 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--recipe", type=json_arg, required=True, help="resolved recipe, as JSON"),
     p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
     p.add_argument("--examples", type=Path, help="mined examples JSONL (beir_local data)"),
+    p.add_argument("--prepared", type=Path, help="the examples this recipe reads, from prepare-training-data"),
     p.add_argument("--device", default="auto"),
     p.add_argument("--threads", type=int),
     p.add_argument("--checkpoints", required=True, type=Path),
@@ -139,9 +140,57 @@ def train_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.train import run_training
     set_threads(args.threads)
     data = {**args.data, "examples": str(args.examples)} if args.examples else args.data
+    data = {**data, "prepared": str(args.prepared)} if args.prepared else data
     manifest = run_training(args.init, args.final, args.log_csv, args.manifest, args.checkpoints, args.recipe,
                             data, device=args.device)
     log.info("training status: %s", manifest["status"])
+
+
+# --- data preparation (CPU jobs before any GPU job; ir_datasets caches in $IR_DATASETS_HOME) -----
+
+@command("prepare-corpus", lambda p: (
+    p.add_argument("--name", required=True, help="corpus name"),
+    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="JSON record with the document count"),
+))
+def prepare_corpus_cmd(args: argparse.Namespace) -> None:
+    """Download an ir_datasets corpus and build its docs store (a local one is counted); write its count."""
+    from splade_rescale.prepare import prepare_corpus
+    prepare_corpus(args.name, args.corpus, args.out)
+
+
+@command("prepare-queries", lambda p: (
+    p.add_argument("--name", required=True, help="dataset name in the config"),
+    p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="JSON record with the query and qrels counts"),
+))
+def prepare_queries_cmd(args: argparse.Namespace) -> None:
+    """Fetch a dataset's queries and qrels into ir_datasets' cache before the query encoding."""
+    from splade_rescale.prepare import prepare_queries
+    prepare_queries(args.name, args.dataset, args.out)
+
+
+@command("prepare-training-source", lambda p: (
+    p.add_argument("--data", type=json_arg, required=True, help="training.data (source ir_datasets), as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="JSON record of what was cached"),
+))
+def prepare_training_source_cmd(args: argparse.Namespace) -> None:
+    """Cache an ir_datasets training source's doc pairs and queries once, for every recipe's examples."""
+    from splade_rescale.prepare import prepare_training_source
+    prepare_training_source(args.data, args.out)
+
+
+@command("prepare-training-data", lambda p: (
+    p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
+    p.add_argument("--stream", type=json_arg, required=True,
+                   help='{"seed", "shuffle_buffer", "teacher_scores", "examples"} of the runs that read it '
+                        "(splade_rescale.training_data.run_stream), as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="examples JSONL; its record (.json) beside it"),
+))
+def prepare_training_data_cmd(args: argparse.Namespace) -> None:
+    """Write the exact examples a recipe's training run reads (texts included) to a local JSONL file."""
+    from splade_rescale.training_data import prepare_examples
+    prepare_examples(args.data, args.stream, args.out)
 
 
 # --- encoding, indexing, retrieval, evaluation -----------------------------------------------
@@ -173,12 +222,14 @@ def model_args(p: argparse.ArgumentParser) -> None:
                    help="the settings the vectors depend on (head, precision, quantization, lengths), as JSON")
     p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
                    help="settings that do not change the vectors (batch_size, shard_size, index_budget_gb, "
-                        "index_threads), as JSON; kept out of Snakemake's params so editing them reruns nothing")
+                        "model_budget_gb, model_corpora, index_threads), as JSON; kept out of Snakemake's params "
+                        "so editing them reruns nothing")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int)
 
 
-RUNTIME_DEFAULTS = {"batch_size": 32, "shard_size": 100_000, "index_budget_gb": None, "index_threads": 1}
+RUNTIME_DEFAULTS = {"batch_size": 32, "shard_size": 100_000, "index_budget_gb": None, "model_budget_gb": None,
+                    "model_corpora": {}, "index_threads": 1}  # model_corpora: name -> {"spec", "prepared"}
 
 
 def _runtime(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,17 +248,20 @@ def _encoder(args: argparse.Namespace):
     model_args(p),
     p.add_argument("--name", required=True, help="corpus name"),
     p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--out", required=True, type=Path, help="JsonVectorCollection folder; stats JSON beside it"),
 ))
 def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """Encode a corpus once for all its query sets (gzipped JsonVectorCollection shards).
 
-    A collapsed model, or a corpus estimated above ``index_budget_gb``, leaves a SKIPPED
-    record instead of shards: the later stages pass it on and the tables show it. A run killed
-    part-way resumes after its last finished shard.
+    A collapsed model, or a corpus estimated above ``index_budget_gb`` (or, over all the
+    model's corpora, above ``model_budget_gb``), leaves a SKIPPED record instead of shards:
+    the later stages pass it on and the tables show it. A run killed part-way resumes after
+    its last finished shard.
     """
     from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.encode import TooDenseError, encode_corpus, stats_path_for
+    from splade_rescale.prepare import model_documents, prepared_docs
 
     def skip(record: dict[str, Any]) -> None:
         with atomic_dir(args.out) as tmp:
@@ -217,11 +271,14 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     if record := collapsed(args.training_manifest):
         return skip(record)
     enc, run = args.encoding, _runtime(args)
+    model_docs = model_documents(run["model_corpora"]) if run["model_budget_gb"] else None
     try:
         encode_corpus(args.model, args.corpus, args.out, enc["doc_max_length"], run["batch_size"],
                       enc["quantization"], head=enc["head"], shard_size=run["shard_size"], name=args.name,
                       encoder=_encoder(args), precision=enc["precision"], budget_gb=run["index_budget_gb"],
-                      max_active_dims=enc.get("max_active_dims"), index_threads=run["index_threads"])
+                      max_active_dims=enc.get("max_active_dims"), index_threads=run["index_threads"],
+                      total=prepared_docs(args.prepared) if args.prepared else None,
+                      model_budget_gb=run["model_budget_gb"], model_docs=model_docs)
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
@@ -292,13 +349,16 @@ def retrieve_cmd(args: argparse.Namespace) -> None:
 @command("bm25-index", lambda p: (
     p.add_argument("--name", required=True, help="corpus name"),
     p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
 ))
 def bm25_index_cmd(args: argparse.Namespace) -> None:
     """BM25 index (Anserini's English analyser) of a corpus (or a dataset's subset), title + text."""
     from splade_rescale.lucene import run_build_bm25_index
-    log.info("bm25 index: %s", run_build_bm25_index(args.name, args.corpus, args.out, args.threads))
+    from splade_rescale.prepare import prepared_docs
+    total = prepared_docs(args.prepared) if args.prepared else None
+    log.info("bm25 index: %s", run_build_bm25_index(args.name, args.corpus, args.out, args.threads, total=total))
 
 
 @command("bm25-retrieve", search_args)
@@ -329,7 +389,8 @@ def evaluate_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.evaluate import efficiency_stats, run_evaluate
     extra = {**dict(item.split("=", 1) for item in args.label), "dataset": args.name,
              "dataset_note": args.dataset.get("note")}
-    qrels = load_dataset(args.name, args.dataset).qrels
+    ds = load_dataset(args.name, args.dataset)
+    qrels = ds.qrels
     if skip := collapsed(args.training_manifest) or skipped(args.index):
         write_qrels(qrels, args.qrels_out)
         write_json(args.out, {**extra, **skip, "metric_set": args.dataset["metrics"], "metrics": None,
@@ -342,7 +403,7 @@ def evaluate_cmd(args: argparse.Namespace) -> None:
     size = sum(p.stat().st_size for p in args.index.rglob("*") if p.is_file()) if args.index else None
     efficiency = efficiency_stats(read(args.query_stats), read(args.corpus_stats), size, read(args.run_stats))
     run_evaluate(args.run, qrels, args.dataset["metrics"], args.out, efficiency, {**extra, "status": "ok"},
-                 qrels_path=args.qrels_out)
+                 qrels_path=args.qrels_out, exclude_self=ds.exclude_self)
 
 
 # --- summaries, tables, figures ---------------------------------------------------------------

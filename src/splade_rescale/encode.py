@@ -23,8 +23,12 @@ Disk stays bounded too: Anserini's impact index repeats each term by its weight,
 with thousands of non-zeros per document would write terabytes. After the first
 ``size_sample`` documents the shard and index sizes of the whole corpus are estimated; above
 ``budget_gb`` the encode stops with :class:`TooDenseError` (the workflow records "too dense
-to index" and goes on). ``max_active_dims`` optionally keeps only each document's top-k
-weights (sentence-transformers' name for the same pruning); off by default.
+to index" and goes on). The same bytes per document, over all the documents of every corpus
+the model encodes (``model_docs``), are held against ``model_budget_gb``: a model that passes
+each corpus's budget could still fill the disk over all of them. The corpus's document
+count comes from its preparation (``prepare_corpus``), so the guard runs whether or not
+ir_datasets knows the count. ``max_active_dims`` optionally keeps only each document's
+top-k weights (sentence-transformers' name for the same pruning); off by default.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -102,11 +106,42 @@ def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
             "gb": round((shards + index) / 1e9, 3)}
 
 
-def _check_budget(estimate: dict, budget_gb: float, nnz_per_doc: float) -> None:
-    log.info("size estimate for %d documents: %s", estimate["total_docs"], estimate)
-    if estimate["shard_bytes"] + estimate["index_bytes"] > budget_gb * 1e9:
-        raise TooDenseError(f"too dense to index (estimated {estimate['gb']:.1f} GB of shards and index > budget "
-                            f"{budget_gb:g} GB; {nnz_per_doc:.0f} non-zeros per document)")
+class Budgets(NamedTuple):
+    """The size guard's limits: this corpus's (GB, documents) and the model's over all its corpora."""
+
+    corpus_gb: float | None = None
+    corpus_docs: int | None = None
+    model_gb: float | None = None
+    model_docs: int | None = None
+
+    def active(self) -> bool:
+        return bool(self.corpus_gb and self.corpus_docs) or bool(self.model_gb and self.model_docs)
+
+
+def _check_budgets(n_docs: int, shard_bytes: int, nnz: int, budgets: Budgets) -> dict:
+    """The corpus's size estimate (and the model's); TooDenseError when either is over its budget."""
+    def gb(estimate: dict) -> float:
+        return (estimate["shard_bytes"] + estimate["index_bytes"]) / 1e9
+
+    total = budgets.corpus_docs or n_docs
+    estimate = size_estimate(n_docs, shard_bytes, nnz, total)
+    budget = f"{budgets.corpus_gb:g} GB" if budgets.corpus_gb else "off"
+    where = f"{nnz / n_docs:.0f} non-zeros per document"
+    model = None
+    if budgets.model_gb and budgets.model_docs:
+        model = size_estimate(n_docs, shard_bytes, nnz, budgets.model_docs)
+        estimate.update(model_docs=budgets.model_docs, model_gb=model["gb"])
+    log.info("size estimate for %d documents: %s", total, estimate)
+    if budgets.corpus_gb and budgets.corpus_docs and gb(estimate) > budgets.corpus_gb:
+        raise TooDenseError(f"too dense to index (estimated {gb(estimate):.1f} GB of shards and index > budget "
+                            f"{budget} (encoding.index_budget_gb); {where}); fix: set encoding.max_active_dims "
+                            "or raise encoding.index_budget_gb")
+    if model and gb(model) > budgets.model_gb:
+        raise TooDenseError(f"too dense to index (estimated {gb(model):.1f} GB of shards and indexes over the "
+                            f"model's {budgets.model_docs:,} documents in all its corpora > encoding.model_budget_gb "
+                            f"{budgets.model_gb:g} GB; this corpus {gb(estimate):.1f} GB, encoding.index_budget_gb "
+                            f"{budget}; {where}); fix: set encoding.max_active_dims or raise encoding.model_budget_gb")
+    return estimate
 
 
 def work_folder(out_dir: str | Path) -> Path:
@@ -148,12 +183,15 @@ def _skip_finished(docs: Iterator[tuple[str, str]], n: int, last_id: str | None,
 def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
                 batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
                 chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
+                model_budget_gb: float | None = None, model_docs: int | None = None,
                 size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
                 resume_key: str = "") -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
     With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
-    ``size_sample`` documents if the whole corpus's estimated shards + index exceed it.
+    ``size_sample`` documents if the whole corpus's estimated shards + index exceed it; with
+    ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
+    document over ``model_docs`` documents exceed that.
     Finished shards of an interrupted run with the same ``resume_key`` (what the vectors depend
     on: model, corpus) and output settings are verified and kept; only the rest is encoded.
     """
@@ -174,10 +212,12 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     _skip_finished(docs, done, finished[-1].last_id if finished else None, folder.root)
 
     estimate = None
-    sample = min(size_sample, shard_docs) if budget_gb and total else None
+    budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
+    sample = min(size_sample, shard_docs) if budgets.active() else None
+    if budget_gb and not total:
+        log.warning("no document count: the size guard of encoding.index_budget_gb cannot run on this corpus")
     if sample and finished:  # the finished shards are the sample
-        estimate = size_estimate(done, sum(r.bytes for r in finished), prior.nnz, total)
-        _check_budget(estimate, budget_gb, prior.nnz / done)
+        estimate = _check_budgets(done, sum(r.bytes for r in finished), prior.nnz, budgets)
         sample = None
     t0 = time.perf_counter()
     writer = ShardWriter(folder, shard_docs, done)
@@ -193,8 +233,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
                 if measure:
                     writer.drain()
                     s = writer.stats
-                    estimate = size_estimate(s.n, writer.sample_bytes or 0, s.nnz, total)
-                    _check_budget(estimate, budget_gb, s.nnz / s.n)
+                    estimate = _check_budgets(s.n, writer.sample_bytes or 0, s.nnz, budgets)
             writer.close()
     except TooDenseError:
         writer.abort()
@@ -273,16 +312,23 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
                   *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
                   encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto",
                   budget_gb: float | None = None, max_active_dims: int | None = None,
-                  index_threads: int = 1) -> dict:
-    """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside."""
+                  index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
+                  model_docs: int | None = None) -> dict:
+    """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside.
+
+    ``total``: the corpus's document count from its preparation; without it the corpus is
+    counted here (a local one) or taken from ir_datasets / the published size.
+    """
     from splade_rescale.datasets import load_corpus
 
-    docs, total = load_corpus(name, corpus_spec, root)
+    docs, known = load_corpus(name, corpus_spec, root, count=total is None)
+    total = total or known
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
     key = json.dumps({"model": model_fingerprint(model_dir), "corpus": name, "spec": corpus_spec, "head": head,
                       "precision": precision}, sort_keys=True)
     stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
-                        budget_gb=budget_gb, max_active_dims=max_active_dims, index_threads=index_threads,
+                        budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
+                        max_active_dims=max_active_dims, index_threads=index_threads,
                         resume_key=hashlib.sha256(key.encode()).hexdigest())
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
                                          "bf16_autocast": bf16_autocast(enc), **stats})

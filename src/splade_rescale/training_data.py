@@ -12,10 +12,18 @@ Sources (``training.data`` in the config):
 The order is a seeded shuffle (buffer of ``shuffle_buffer`` records, reseeded each epoch)
 and the stream cycles forever, so example ``i`` is the same on every run. Resuming skips
 the first ``start`` records without looking up their texts.
+
+The workflow does not stream an ``ir_datasets`` or ``tsv_triples`` source inside the GPU job:
+:func:`prepare_examples` (rule ``prepare_training_data``, a CPU job) writes the first
+``steps x batch_size`` examples of a recipe's stream to a local JSONL file, and
+:func:`training_stream` reads that file (``prepared`` in the spec) in the same order,
+refusing one made for another stream or too short for the run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import logging
 import random
@@ -23,8 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from splade_rescale.atomic import atomic_file
+from splade_rescale.atomic import atomic_file, write_json
 from splade_rescale.datasets import iter_triples_tsv, load_dataset
 
 log = logging.getLogger(__name__)
@@ -44,7 +53,7 @@ def _read_jsonl_lines(path: Path) -> Iterator[str]:
         yield from (line for line in fh if line.strip())
 
 
-def _irds_source(ds_id: str) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
+def _irds_dataset(ds_id: str) -> Any:
     import ir_datasets
 
     try:
@@ -54,6 +63,25 @@ def _irds_source(ds_id: str) -> tuple[Callable[[], Iterable[Any]], Callable[[Any
     if not dataset.has_docpairs():
         raise TrainingDataError(f"training.data.id = {ds_id!r} has no doc pairs; use e.g. "
                                 "msmarco-passage/train/triples-small")
+    return dataset
+
+
+def fetch_irds_source(ds_id: str) -> dict[str, Any]:
+    """Make ir_datasets download and cache a training source's doc pairs and queries.
+
+    The first doc pair builds ir_datasets' pair cache (MS MARCO triples-small: a 7.9 GB
+    download whose 39.8M text triples are mapped to ids); the texts come from the docs store,
+    which the corpus preparation builds.
+    """
+    dataset = _irds_dataset(ds_id)
+    first = next(iter(dataset.docpairs_iter()), None)
+    if first is None:
+        raise TrainingDataError(f"training.data.id = {ds_id!r}: ir_datasets gives no doc pairs")
+    return {"id": ds_id, "queries": sum(1 for _ in dataset.queries_iter())}
+
+
+def _irds_source(ds_id: str) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
+    dataset = _irds_dataset(ds_id)
     store = dataset.docs_store()
     queries: dict[str, str] = {}
 
@@ -160,6 +188,90 @@ def _attach_teacher(ex: Example, teacher: TeacherScores) -> Example:
     except KeyError as e:
         raise TrainingDataError(f"teacher scores have no score for (qid, docid) = {e.args[0]}") from None
     return ex
+
+
+def examples_read(recipe: Mapping[str, Any]) -> int:
+    """Examples a training run reads: ``batch_size`` per step, for any ``grad_accumulation`` and
+    number of processes (a step's ``batch_size`` queries are split into micro-batches, and every
+    rank reads each whole micro-batch and keeps its share); a resumed run skips the ones before
+    its checkpoint, so it never reads further either."""
+    return int(recipe["steps"]) * int(recipe["batch_size"])
+
+
+def run_stream(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """What fixes the examples a run reads, besides ``training.data``: the seed, the shuffle
+    buffer, the teacher scores (distillation only) and how many it reads."""
+    return {"seed": recipe["seed"], "shuffle_buffer": recipe["shuffle_buffer"],
+            "teacher_scores": recipe["teacher_scores"] if recipe["loss"] != "contrastive" else None,
+            "examples": examples_read(recipe)}
+
+
+def stream_name(stream: Mapping[str, Any]) -> str:
+    """A file name for a run stream's prepared examples, e.g. ``seed42-buffer10000-90000``."""
+    name = f"seed{stream['seed']}-buffer{stream['shuffle_buffer']}-{stream['examples']}"
+    if stream["teacher_scores"]:
+        name += "-teacher" + hashlib.sha1(str(stream["teacher_scores"]).encode()).hexdigest()[:8]
+    return name
+
+
+def prepared_meta_path(path: str | Path) -> Path:
+    """The record beside a prepared examples file: what it was prepared from and how many it holds."""
+    return Path(path).with_suffix(".json")
+
+
+def prepare_examples(spec: Mapping[str, Any], stream: Mapping[str, Any], out: str | Path,
+                     root: str | Path = ".") -> dict[str, Any]:
+    """Write the first ``stream["examples"]`` examples of ``example_stream`` (texts, ids and any
+    teacher scores) to ``out`` as JSONL, and the record beside it; both atomically."""
+    root = Path(root)
+    teacher = load_teacher_scores(root / stream["teacher_scores"]) if stream["teacher_scores"] else None
+    n = int(stream["examples"])
+    examples = example_stream(spec, stream["seed"], shuffle_buffer=stream["shuffle_buffer"], teacher=teacher,
+                              root=root)
+    with atomic_file(out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for ex in tqdm(itertools.islice(examples, n), total=n, desc="prepare examples", unit="ex", mininterval=5):
+            fh.write(json.dumps(ex, ensure_ascii=False) + "\n")
+    record = {"data": dict(spec), **dict(stream), "file": str(out)}
+    write_json(prepared_meta_path(out), record)
+    log.info("prepared %d examples of %s (seed %s) in %s", n, spec.get("id") or spec.get("path"), stream["seed"], out)
+    return record
+
+
+def _prepared_examples(path: Path, data: Mapping[str, Any], stream: Mapping[str, Any], start: int
+                       ) -> Iterator[Example]:
+    """The examples of a prepared file from ``start`` on, after checking it is this run's stream."""
+    meta_path = prepared_meta_path(path)
+    fix = "prepare it again (snakemake reruns prepare_training_data; by hand: splade-rescale prepare-training-data)"
+    if not path.is_file() or not meta_path.is_file():
+        raise TrainingDataError(f"{path}: prepared examples (or {meta_path.name} beside them) not found; {fix}")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    wanted = {"data": dict(data), **{k: stream[k] for k in ("seed", "shuffle_buffer", "teacher_scores")}}
+    differ = [k for k in wanted if meta.get(k) != wanted[k]]
+    if differ:
+        raise TrainingDataError(f"{path}: prepared for another stream ({', '.join(differ)} differ from this "
+                                f"run's); {fix}")
+    if meta["examples"] < stream["examples"]:
+        raise TrainingDataError(f"{path}: holds {meta['examples']} examples but this run reads "
+                                f"{stream['examples']} (steps x batch_size); {fix}")
+    with open(path, encoding="utf-8") as fh:
+        n = sum(1 for _ in itertools.islice(fh, start))
+        for n, line in enumerate(itertools.islice(fh, max(0, meta["examples"] - start)), n + 1):
+            yield json.loads(line)
+    if n < meta["examples"]:
+        raise TrainingDataError(f"{path}: ends after {n} examples (its record says {meta['examples']}); {fix}")
+
+
+def training_stream(spec: Mapping[str, Any], recipe: Mapping[str, Any], start: int = 0,
+                    root: str | Path = ".") -> Iterator[Example]:
+    """The examples a run with ``recipe`` reads, from the ``start``-th on: from the prepared file
+    the spec names (``prepared``), else streamed from its source with any teacher scores."""
+    root, stream = Path(root), run_stream(recipe)
+    if spec.get("prepared"):
+        data = {k: v for k, v in spec.items() if k != "prepared"}
+        return _prepared_examples(root / spec["prepared"], data, stream, start)
+    teacher = load_teacher_scores(root / stream["teacher_scores"]) if stream["teacher_scores"] else None
+    return example_stream(spec, recipe["seed"], start=start, shuffle_buffer=recipe["shuffle_buffer"],
+                          teacher=teacher, root=root)
 
 
 def example_stream(spec: Mapping[str, Any], seed: int, start: int = 0, shuffle_buffer: int = 10_000,

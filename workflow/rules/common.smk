@@ -64,6 +64,11 @@ CORPUS_OF = ConfigSection("datasets", CORPUS_OF)
 CORPORA = ConfigSection("corpus names", CORPORA)
 
 
+def prepared_corpus(corpus):
+    """A corpus's preparation record (data.smk): its document count, once its data is local."""
+    return f"results/data/corpora/{corpus}.json"
+
+
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
     ref="|".join(map(re.escape, REFERENCE_MODELS)) or "(?!)",
@@ -117,6 +122,9 @@ os.environ["SPLADE_RESCALE_RUNTIME"] = as_json({
     "batch_size": config["encoding"]["batch_size"],
     "shard_size": config["encoding"]["shard_size"],
     "index_budget_gb": config["encoding"]["index_budget_gb"],
+    "model_budget_gb": config["encoding"]["model_budget_gb"],
+    # every corpus a model encodes: the per-model budget extrapolates to all their documents
+    "model_corpora": {c: {"spec": spec, "prepared": prepared_corpus(c)} for c, spec in CORPORA.items()},
     "index_threads": config["retrieval"]["threads"],
 })
 
@@ -126,7 +134,8 @@ envvars:
     "SPLADE_RESCALE_RUNTIME",
 
 
-RUNTIME_KEYS = {None: ("device", "gpus_per_job"), "encoding": ("batch_size", "shard_size", "index_budget_gb", "threads"),
+RUNTIME_KEYS = {None: ("device", "gpus_per_job"),
+                "encoding": ("batch_size", "shard_size", "index_budget_gb", "model_budget_gb", "threads"),
                 "retrieval": ("threads",), "training": ("threads",)}
 
 

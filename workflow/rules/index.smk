@@ -4,12 +4,16 @@ rule encode_corpus:
     The gzipped shards are temporary: Snakemake deletes them once the impact index exists.
     A killed job keeps its finished shards in a work folder beside the output
     (.{corpus}.partial); the rerun verifies them and encodes only the rest.
-    Batch size, device, shard size, size budget and threads are runtime settings
-    (environment variables set in common.smk): editing them reruns no job.
+    Batch size, device, shard size, size budgets and threads are runtime settings
+    (environment variables set in common.smk): editing them reruns no job. The documents are
+    read from local files only (ir_datasets' docs store in $IR_DATASETS_HOME, built by
+    prepare_corpus). The per-model budget counts the documents of every corpus from their
+    preparation records, read at run time, not as inputs: adding a corpus reruns no encode.
     """
     input:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
+        prepared=prepared_corpus("{corpus}"),  # data.smk: the corpus local, its document count
     output:
         corpus=temp(directory("results/encoded/{backbone}/{variant}/corpora/{corpus}")),
         stats="results/encoded/{backbone}/{variant}/corpora/{corpus}.stats.json",
@@ -27,7 +31,7 @@ rule encode_corpus:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
-        "--name {wildcards.corpus} --corpus {params.corpus:q} --encoding {params.encoding:q} "
+        "--name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input.prepared} --encoding {params.encoding:q} "
         "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} --out {output.corpus} > {log} 2>&1"
 
 
@@ -39,6 +43,7 @@ rule encode_queries:
     input:
         manifest="results/models/{backbone}/{variant}/manifest.json",
         model="results/models/{backbone}/{variant}/final",
+        prepared=PREPARED_QUERIES,  # data.smk: ir_datasets queries and qrels cached
     output:
         queries=[f"results/encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl" for d in DATASETS],
         stats=[f"results/encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl.stats.json" for d in DATASETS],
@@ -78,6 +83,8 @@ rule impact_index:
 
 
 rule bm25_index:
+    input:
+        prepared_corpus("{corpus}"),
     output:
         directory("results/indexes/bm25/{corpus}"),
     params:
@@ -90,5 +97,5 @@ rule bm25_index:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale bm25-index --name {wildcards.corpus} --corpus {params.corpus:q} --threads {threads} "
-        "--out {output} > {log} 2>&1"
+        "splade-rescale bm25-index --name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input} "
+        "--threads {threads} --out {output} > {log} 2>&1"
