@@ -57,6 +57,8 @@ def _small_setup(tmp_path):
     throughputs["gpu"]["job_startup_s"] = 3
     throughputs["host"]["encode_host_docs_per_s"] = 150
     throughputs["text"]["tokens_per_word"] = 1.0
+    throughputs["lucene"].pop("impact_search_cost", None)  # the measured-QPS fallback: figures by hand
+    throughputs["gpu"]["range_factor"] = 1.5
     throughputs["lucene"].update(impact_index_docs_per_s_per_thread=2, impact_search_qps_per_thread=4,
                                  impact_search_index_docs=2, search_scaling_exponent=1.0,
                                  bm25_index_docs_per_s_per_thread=4, bm25_search_qps_per_thread=8,
@@ -82,8 +84,9 @@ def test_plan_figures_match_hand_computed_values(tmp_path):
     assert m["train_gpu_h"] == pytest.approx(24 * 8 / 40 / 3600)
     assert m["index_cpu_h"] == pytest.approx(4 / 2 / 3600)
     # search: 2 queries at 4 QPS; upper bound x (4 docs / 2) ** 1
-    assert m["retrieve_cpu_h"] == pytest.approx(2 / 4 / 3600)
+    assert m["retrieve_cpu_h"] == m["retrieve_cpu_h_low"] == pytest.approx(2 / 4 / 3600)
     assert m["retrieve_cpu_h_high"] == pytest.approx(2 / 4 * 2 / 3600)
+    assert plan["totals"]["train_gpu_h_high"] == pytest.approx(1.5 * m["train_gpu_h"])
     assert (m["shard_bytes"], m["index_bytes"]) == (400, 200)
     assert m["other_bytes"] == 2 * (30 + 10 * 7)
     params = _tiny_parameters()
@@ -141,3 +144,27 @@ def test_paper_plan_counts_corpus_work_once_and_names_unknown_sizes(tmp_path):
     config["datasets"]["x"] = {"source": "ir_datasets", "id": "beir/cqadupstack/android", "metrics": "beir"}
     with pytest.raises(ValueError, match="size unknown; fix: add it to splade_rescale.plan.CORPUS_SIZES"):
         build_plan(config, load_throughputs())
+
+
+def test_expected_longest_is_the_padded_length_of_a_batch():
+    from splade_rescale.plan import expected_longest
+
+    hist = [(10, 3), (100, 1)]
+    assert expected_longest(hist, 1, 512) == pytest.approx(32.5)  # one text: the mean
+    assert expected_longest(hist, 2, 512) == pytest.approx(10 * 9 / 16 + 100 * 7 / 16)
+    assert expected_longest(hist, 200, 512) == pytest.approx(100, rel=1e-9)  # a big batch holds the longest
+    assert expected_longest(hist, 200, 64) == pytest.approx(64, rel=1e-9)  # cut at the recipe's maximum
+
+
+def test_paper_training_pays_for_padding_and_every_cost_has_a_range_within_3x():
+    from splade_rescale.plan import expected_longest, training_histograms
+
+    config = load_plan_config(REPO / "config/config.yaml")
+    throughputs = load_throughputs()
+    queries, docs = training_histograms(config["training"]["data"], REPO, throughputs["text"])
+    # st-msmarco: 16 queries a micro-batch, their 32 positives and negatives padded together
+    assert expected_longest(docs, 32, 256) > 1.8 * expected_longest(docs, 1, 256)
+    plan = build_plan(config, throughputs)
+    t = plan["totals"]
+    for key in ("train_gpu_h", "encode_gpu_h", "retrieve_cpu_h"):
+        assert t[f"{key}_low"] <= t[key] <= t[f"{key}_high"] <= 3 * t[f"{key}_low"], key

@@ -87,6 +87,8 @@ QUERY_SIZES: dict[str, Size] = {  # ir_datasets id -> judged queries
     "beir/climate-fever": Size(1_535, 20.13),
     "beir/scifact/test": Size(300, 12.37),
 }
+# A query longer than this (in tokens) searches as a BEIR-like long query (ArguAna's arguments).
+LONG_QUERY_TOKENS = 64
 # Training data: MS MARCO passage triples (query and passage lengths as above).
 MSMARCO_TRAIN = (Size(0, 5.96), Size(0, 55.98))
 
@@ -155,6 +157,9 @@ def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     """Jobs per rule that ``snakemake all`` plans for a config from scratch (its 'Job stats')."""
+    from splade_rescale.prepare import training_corpus
+    from splade_rescale.training_data import run_stream, stream_name
+
     _, corpus_specs = corpora(config["datasets"])
     n_back, n_var = len(config["backbones"]), len(config["variants"])
     n_models, n_corpora, n_datasets = len(models(config)), len(corpus_specs), len(config["datasets"])
@@ -170,6 +175,15 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
         "bm25_index": n_corpora, "bm25_retrieve": n_datasets, "evaluate_bm25": n_datasets,
         "norms_table": 1, "tables": 1, "figures": 1, "all": 1,
     }
+    # data preparation (workflow/rules/data.smk): every corpus counted or its docs store built, the
+    # training source's store too; ir_datasets queries fetched; one examples file per distinct stream
+    training_store = training_corpus(data, corpus_specs)
+    jobs["prepare_corpus"] = n_corpora + int(bool(training_store) and training_store[0] not in corpus_specs)
+    jobs["prepare_queries"] = sum(spec["source"] == "ir_datasets" for spec in config["datasets"].values())
+    jobs["prepare_training_source"] = int(data["source"] == "ir_datasets")
+    jobs["prepare_training_data"] = len({stream_name(run_stream(resolve_recipe(config, b, v)))
+                                         for b in config["backbones"] for v in config["variants"]}
+                                        ) if data["source"] in ("ir_datasets", "tsv_triples") else 0
     jobs = {rule: n for rule, n in jobs.items() if n}
     jobs["total"] = sum(jobs.values())
     return jobs
@@ -347,8 +361,9 @@ class ModelCost:
     encode_gpu_h: float = 0.0      # corpora + queries, job start-ups included
     query_gpu_h: float = 0.0       # the queries' share of encode_gpu_h (one job per model)
     index_cpu_h: float = 0.0
-    retrieve_cpu_h: float = 0.0       # at the measured QPS (no growth with the corpus): a lower bound
-    retrieve_cpu_h_high: float = 0.0  # QPS falling with the corpus (search_scaling_exponent): an upper bound
+    retrieve_cpu_h: float = 0.0       # the search cost model's central figure (lucene.impact_search_cost)
+    retrieve_cpu_h_low: float = 0.0   # ... its stated range
+    retrieve_cpu_h_high: float = 0.0
     shard_bytes: float = 0.0       # all of this model's corpora (temporary)
     index_bytes: float = 0.0
     model_bytes: float = 0.0       # init + final (+ checkpoints) folders
@@ -378,11 +393,29 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     query_sizes = {d: query_size(d, spec, root) for d, spec in config["datasets"].items()}
     train_hists = training_histograms(config["training"]["data"], root, throughputs["text"])
 
-    def search_seconds(kind: str, corpus: str) -> tuple[float, float]:
-        """CPU seconds (one thread) per query on a corpus: at the measured QPS, and scaled by corpus size."""
+    search_model = lucene.get("impact_search_cost")
+
+    def search_seconds(kind: str, corpus: str, query_tokens: float, doc_nnz: float | None = None,
+                       query_words: float = 0.0) -> tuple[float, float, float]:
+        """Core-seconds per query on a corpus (central, low, high).
+
+        Impact search: the cost model fitted on impact indexes up to 1M documents (work = postings
+        touched; short MS MARCO-like or long BEIR-like queries). BM25 (``query_words`` given): the
+        same model with a query's words as its terms and a document's words as its non-zeros (not
+        measured on large BM25 indexes). Without a fitted model: the measured QPS (low) to QPS
+        falling linearly with the corpus (high).
+        """
+        n = corpus_sizes[corpus].count
+        if search_model:
+            from splade_rescale.retrieval_cost import predict
+
+            if kind == "bm25":
+                return predict(search_model, n, "short", query_nnz=max(1.0, query_words),
+                               doc_nnz=corpus_sizes[corpus].words)
+            return predict(search_model, n, "long" if query_tokens > LONG_QUERY_TOKENS else "short", doc_nnz=doc_nnz)
         seconds = 1 / float(lucene[f"{kind}_search_qps_per_thread"])
-        growth = max(1.0, corpus_sizes[corpus].count / float(lucene[f"{kind}_search_index_docs"])) ** exponent
-        return seconds, seconds * growth
+        growth = max(1.0, n / float(lucene[f"{kind}_search_index_docs"]))
+        return seconds, seconds, seconds * growth ** exponent
 
     startup_h = float(throughputs["gpu"].get("job_startup_s", 0)) / 3600  # imports, model load, device start
     host_dps = (throughputs.get("host") or {}).get("encode_host_docs_per_s")
@@ -439,9 +472,11 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
             q_len = query_max_length(encoding, config["datasets"][dataset])
             cost.query_gpu_h += size.count / encode_rate(ref, speed, tokens(size.words, tpw, q_len)) / 3600
             corpus = of_dataset[dataset]
-            low, high = search_seconds("impact", corpus)
-            cost.retrieve_core_h[dataset] = size.count * low / 3600
-            cost.retrieve_cpu_h += size.count * low / 3600
+            central, low, high = search_seconds("impact", corpus, tokens(size.words, tpw, q_len),
+                                                encoding.get("max_active_dims"))
+            cost.retrieve_core_h[dataset] = size.count * central / 3600
+            cost.retrieve_cpu_h += size.count * central / 3600
+            cost.retrieve_cpu_h_low += size.count * low / 3600
             cost.retrieve_cpu_h_high += size.count * high / 3600
             cost.other_bytes += size.count * (float(disk["query_vector_bytes_per_query"])
                                               + k * float(disk["run_bytes_per_hit"]))
@@ -449,17 +484,17 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         cost.encode_gpu_h += cost.query_gpu_h
         costs.append(cost)
 
+    bm25_search = {d: [size.count * x / 3600 for x in search_seconds("bm25", of_dataset[d], 0, None, size.words)]
+                   for d, size in query_sizes.items()}
     bm25 = {
         "index_core_h": {c: s.count / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600
                          for c, s in corpus_sizes.items()},
-        "retrieve_core_h": {d: size.count * search_seconds("bm25", of_dataset[d])[0] / 3600
-                            for d, size in query_sizes.items()},
+        "retrieve_core_h": {d: h[0] for d, h in bm25_search.items()},
         "index_cpu_h": sum(s.count for s in corpus_sizes.values())
         / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600,
-        "retrieve_cpu_h": sum(size.count * search_seconds("bm25", of_dataset[d])[0]
-                              for d, size in query_sizes.items()) / 3600,
-        "retrieve_cpu_h_high": sum(size.count * search_seconds("bm25", of_dataset[d])[1]
-                                   for d, size in query_sizes.items()) / 3600,
+        "retrieve_cpu_h": sum(h[0] for h in bm25_search.values()),
+        "retrieve_cpu_h_low": sum(h[1] for h in bm25_search.values()),
+        "retrieve_cpu_h_high": sum(h[2] for h in bm25_search.values()),
         "index_bytes": sum(s.count * s.words for s in corpus_sizes.values()) * float(disk["bm25_index_bytes_per_word"]),
         "run_bytes": sum(s.count * k * float(disk["run_bytes_per_hit"]) for s in query_sizes.values()),
     }
@@ -474,12 +509,17 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         "query_share_max": max(c.query_gpu_h / (c.train_gpu_h + c.encode_gpu_h) for c in costs),
         "index_cpu_h": sum(c.index_cpu_h for c in costs) + bm25["index_cpu_h"],
         "retrieve_cpu_h": sum(c.retrieve_cpu_h for c in costs) + bm25["retrieve_cpu_h"],
+        "retrieve_cpu_h_low": sum(c.retrieve_cpu_h_low for c in costs) + bm25["retrieve_cpu_h_low"],
         "retrieve_cpu_h_high": sum(c.retrieve_cpu_h_high for c in costs) + bm25["retrieve_cpu_h_high"],
         "final_bytes": final,
         "peak_bytes": final + one_set,
         "peak_bytes_worst": final + sum(c.shard_bytes for c in costs),
     }
+    gpu_range = float(throughputs["gpu"].get("range_factor", 1.0))
+    for key in ("train_gpu_h", "encode_gpu_h"):
+        totals[f"{key}_low"], totals[f"{key}_high"] = totals[key] / gpu_range, totals[key] * gpu_range
     totals["cpu_h"] = totals["index_cpu_h"] + totals["retrieve_cpu_h"]
+    totals["cpu_h_low"] = totals["index_cpu_h"] + totals["retrieve_cpu_h_low"]
     totals["cpu_h_high"] = totals["index_cpu_h"] + totals["retrieve_cpu_h_high"]
     return {
         "encode_rate": " and ".join(sorted(rates_used)),
@@ -627,6 +667,11 @@ def _h(n: float) -> str:
     return f"{n:,.1f}" if n >= 0.1 else f"{n:.2g}"
 
 
+def _range(figures: Mapping[str, Any], key: str) -> str:
+    """A cost as 'central (low … high)'."""
+    return f"{_h(figures[key])} ({_h(figures[key + '_low'])} … {_h(figures[key + '_high'])})"
+
+
 def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: str) -> str:
     """The plan as Markdown: totals, one row per model, corpora, memory, jobs, assumptions."""
     t, threads = plan["totals"], plan["threads"]
@@ -634,15 +679,14 @@ def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: 
              f"Estimated by `splade-rescale plan` from {throughputs_file}; every figure is an estimate "
              "(assumptions below).", "",
              "| total | |", "|---|---|",
-             f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
+             f"| GPU-hours, training (padded micro-batches) | {_range(t, 'train_gpu_h')} |",
              f"| GPU-hours, encoding (corpora + queries) at the {plan['encode_rate']} rate | "
-             f"{_h(t['encode_gpu_h'])} |",
+             f"{_range(t, 'encode_gpu_h')} |",
              f"| query encoding, largest share of one model's GPU time | {100 * t['query_share_max']:.2f}% |",
              f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_cpu_h'])} |",
-             f"| CPU core-hours, retrieval (measured QPS … linear in corpus size) | "
-             f"{_h(t['retrieve_cpu_h'])} … {_h(t['retrieve_cpu_h_high'])} |",
-             f"| wall hours of Lucene work at {threads} threads | {_h(t['cpu_h'] / threads)} … "
-             f"{_h(t['cpu_h_high'] / threads)} |",
+             f"| CPU core-hours, retrieval (search cost model) | {_range(t, 'retrieve_cpu_h')} |",
+             f"| wall hours of Lucene work at {threads} threads | {_h(t['cpu_h'] / threads)} "
+             f"({_h(t['cpu_h_low'] / threads)} … {_h(t['cpu_h_high'] / threads)}) |",
              f"| disk at the end (GB) | {_gb(t['final_bytes'])} |",
              f"| peak disk (GB): final + one set of shards of the largest corpus ({plan['largest_corpus']}); "
              f"worst case, every shard kept at once | {_gb(t['peak_bytes'])}; {_gb(t['peak_bytes_worst'])} |",
@@ -654,11 +698,11 @@ def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: 
         s = m["shape"]
         lines.append(f"| {m['name']} | {m['variant']} | {s['architecture']} | {s['parameters'] / 1e6:,.0f} | "
                      f"{_h(m['train_gpu_h'])} | {_h(m['encode_gpu_h'])} | {_h(m['index_cpu_h'])} | "
-                     f"{_h(m['retrieve_cpu_h'])} … {_h(m['retrieve_cpu_h_high'])} | {_gb(m['shard_bytes'])} | "
+                     f"{_range(m, 'retrieve_cpu_h')} | {_gb(m['shard_bytes'])} | "
                      f"{_gb(m['index_bytes'])} | {_gb(m['model_bytes'])} |")
     b = plan["bm25"]
-    lines += [f"| BM25 | – | – | – | – | – | {_h(b['index_cpu_h'])} | {_h(b['retrieve_cpu_h'])} … "
-              f"{_h(b['retrieve_cpu_h_high'])} | – | {_gb(b['index_bytes'])} | – |", "",
+    lines += [f"| BM25 | – | – | – | – | – | {_h(b['index_cpu_h'])} | {_range(b, 'retrieve_cpu_h')} | – | "
+              f"{_gb(b['index_bytes'])} | – |", "",
               "| corpus | documents | mean words |", "|---|---|---|"]
     lines += [f"| {c} | {s['count']:,} | {s['words']:.1f} |" for c, s in plan["corpora"].items()]
     lines += ["", "| dataset | judged queries | mean words |", "|---|---|---|"]
@@ -682,16 +726,24 @@ ASSUMPTIONS = (
     "rate (texts in, shards on disk) where the file gives one, else the forward rate capped at the host "
     "side's rate (benchmarks/bench_encode.py --stub); each GPU job adds gpu.job_startup_s. Figures are scaled to a model by reference parameters / "
     "parameters (with a tied decoder, forward FLOPs per token are about 2 x parameters) and to a text by "
-    "reference tokens / tokens (attention's quadratic term ignored).",
+    "reference tokens / tokens; training adds attention's quadratic term (2 x layers x hidden x tokens per "
+    "token, against 2 x parameters). GPU costs are given as central / gpu.range_factor … central x "
+    "gpu.range_factor (gpu.range_note).",
     "Text tokens = 2 + words x tokens_per_word (measured 1.37 for BERT WordPiece on MS MARCO passages), cut at "
-    "the configured maximum; encoding sorts by length, so little padding. Training time uses mean lengths: "
-    "its batches are padded to their longest text, so it is an underestimate.",
+    "the configured maximum; encoding sorts by length, so little padding. Training pads each micro-batch "
+    "to its longest text: its queries to the expected longest of the micro-batch's queries, its positives "
+    "and negatives together to theirs, from real length histograms (text.msmarco_*_tokens for MS MARCO, "
+    "else counted from the local training files), cut at the recipe's maxima.",
     "Training = recipe steps x batch size queries, each with 1 + negatives_per_query documents.",
     "Lucene throughputs are per thread, scaled linearly up to retrieval.threads (CPU core-hours do not "
     "depend on threads; wall hours = core-hours / threads). Impact indexing assumes ~180 non-zeros per "
     "document as measured; denser models index more slowly and write more.",
-    "Retrieval is a range: at the measured QPS (small indexes), and with QPS falling linearly with corpus "
-    "size (an upper bound).",
+    "Retrieval: core-seconds per query from the search cost model (lucene.impact_search_cost, fitted on "
+    "impact indexes of several sizes up to 1M documents by benchmarks/bench_retrieval_cost.py): fixed + per "
+    "query term + per posting touched ** gamma, the postings from the corpus size and the model's densities; "
+    f"queries over {LONG_QUERY_TOKENS} tokens count as long (BEIR ArguAna-like). BM25 searches: the same "
+    "model with query words as terms and document words as non-zeros (BM25 not measured at scale). The range is the model's "
+    "range_factor (its largest error on the calibration, including extrapolation to the largest index).",
     "Disk: gzipped JsonVectorCollection shards are temp() (deleted once the corpus's impact index exists): "
     "peak = final + the shards awaiting indexing; final = impact and BM25 indexes, models (init + final + "
     "kept checkpoints with AdamW state at 12 B/parameter), backbones, query vectors and runs. The Hugging "
