@@ -59,7 +59,8 @@ def _calibrate_then_predict(folder: Path) -> tuple[str, bool]:
     print(f"predicted run (3,000 passages, 1 model): {_rehearse(large, 3_000, TARGETS):.0f} s")
     threads = {j["rule"]: j["threads"] for j in dry_run_jobs(large / CONFIG, TARGETS, large)}
     assert set(threads) == {
-        "fetch_backbone", "rescale_head", "train", "encode_corpus", "impact_index", "bm25_index", "bm25_retrieve"}
+        "fetch_backbone", "rescale_head", "train", "encode_corpus", "impact_index", "bm25_index", "bm25_retrieve",
+        "prepare_corpus", "prepare_training_data"}  # data preparation: the corpus counted, the examples made local
     # declared threads, not scaled down by the dry run: a schedule with 1-thread trainings ran them side by side
     assert threads["train"] == threads["encode_corpus"] == 2 and threads["fetch_backbone"] == 1
     text, within = report(large / CONFIG, folder / "throughputs.json", large / "results/rehearsal", large, TARGETS)
