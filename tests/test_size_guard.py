@@ -139,3 +139,16 @@ def test_the_model_total_counts_corpora_not_prepared_yet(tmp_path: Path, caplog)
     done.write_text("{}")
     with pytest.raises(ValueError, match=r"done.json: not a corpus preparation record .*; rerun the prepare_corpus"):
         model_documents(corpora)
+
+
+def test_an_unreadable_other_corpus_is_left_out_of_the_model_total(tmp_path):
+    """A broken corpus fails its own jobs; the other corpora's encode jobs still run."""
+    from splade_rescale.prepare import model_documents
+
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(f'{{"_id": "d{i}", "text": "t"}}\n' for i in range(3)))
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_text("not gzip")
+    corpora = {"good": {"spec": {"source": "trec_local", "corpus": str(good)}, "prepared": "missing/good.json"},
+               "broken": {"spec": {"source": "trec_local", "corpus": str(broken)}, "prepared": "missing/broken.json"}}
+    assert model_documents(corpora, tmp_path) == 3

@@ -126,7 +126,8 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
     Each count comes from its preparation file. A corpus whose preparation has not finished
     yet (an encode may start before another corpus's preparation ends) is counted from its
     local files, or for ir_datasets taken from the published size (never downloaded here);
-    an ir_datasets corpus of unknown size is left out, with a warning.
+    an ir_datasets corpus of unknown size, or a local one that cannot be read (its own jobs
+    fail and say why), is left out, with a warning.
     """
     from splade_rescale.datasets import load_corpus
     from splade_rescale.plan import CORPUS_SIZES
@@ -137,7 +138,11 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
         if prepared.is_file():
             total += prepared_docs(prepared)
         elif spec["source"] != "ir_datasets":
-            total += load_corpus(name, spec, root)[1] or 0
+            try:
+                total += load_corpus(name, spec, root)[1] or 0
+            except (ValueError, OSError, EOFError) as exc:  # that corpus's own jobs report it; this one goes on
+                log.warning("corpus %s: not prepared yet and unreadable (%s); left out of the model's document total",
+                            name, exc)
         elif not spec.get("subset") and spec["id"] in CORPUS_SIZES:
             total += CORPUS_SIZES[spec["id"]].count
         else:
