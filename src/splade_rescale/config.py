@@ -78,8 +78,12 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
         error = jsonschema.exceptions.best_match(errors) or errors[0]
         raise ConfigError(_describe(error))
 
+    from splade_rescale.seeds import check_seeds
+
     backbones = config["backbones"]
     variants = config["variants"]
+    if config["training"].get("seeds") is not None:
+        check_seeds(config["training"]["seeds"], "training.seeds")
     if "bm25" in backbones:
         raise ConfigError("backbones.bm25: the name 'bm25' is reserved for the BM25 reference rows; rename it")
     reference = config["reference_backbone"]
@@ -116,6 +120,12 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
                               f"{', '.join(backbones)}")
         if not isinstance(per_backbone, dict):
             raise ConfigError(f"training.overrides.{backbone} = {per_backbone!r}: expected a mapping")
+        seed_lists = {f"training.overrides.{backbone}.seeds": per_backbone.get("seeds")}
+        seed_lists.update({f"training.overrides.{backbone}.{v}.seeds": (per_backbone.get(v) or {}).get("seeds")
+                           for v in variants if isinstance(per_backbone.get(v), dict)})
+        for key, seeds in seed_lists.items():
+            if seeds is not None:
+                check_seeds(seeds, key)
     lengths = {f"encoding.{key}": config["encoding"].get(key)
                for key in ("query_max_length", "beir_query_max_length", "doc_max_length")}
     lengths.update({f"datasets.{name}.query_max_length": spec.get("query_max_length")

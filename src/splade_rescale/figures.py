@@ -28,6 +28,8 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 from splade_rescale.atomic import atomic_file  # noqa: E402
+from splade_rescale.seed_spread import SeedSpread, over_seeds, run_collapsed  # noqa: E402
+from splade_rescale.summary import runs_of, seeds_of  # noqa: E402
 from splade_rescale.tables import primary_mean, provenance  # noqa: E402
 
 FIGURE_NAMES = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")
@@ -67,15 +69,23 @@ def _mean_flops(datasets: Mapping[str, Mapping[str, Any]]) -> float | None:
 
 
 def _points(config: Mapping[str, Any], summaries: Mapping[str, Any], x_of) -> list[dict[str, Any]]:
-    """(backbone, variant, x, y) per trained model; y is a number or ``collapsed``."""
+    """(backbone, variant, x, y) per trained model; y is a number or ``collapsed``.
+
+    ``x_of(variant, run)``. Over several seeds x and y are means over the seeds that did not
+    collapse, and ``yerr`` their spread (:class:`splade_rescale.seed_spread.SeedSpread`).
+    """
     points = []
     for b in config["backbones"]:
         for v in config["variants"]:
             var = summaries.get(b, {}).get("variants", {}).get(v)
             if var is None:
                 continue
-            points.append({"backbone": b, "variant": v, "x": x_of(var),
-                           "y": primary_mean(config, var.get("datasets", {}))})
+            runs = runs_of(var)
+            x = over_seeds(runs, lambda run: x_of(var, run))
+            y = over_seeds(runs, lambda run: primary_mean(config, run.get("datasets", {})))
+            points.append({"backbone": b, "variant": v, "x": x.mean if isinstance(x, SeedSpread) else x,
+                           "y": y.mean if isinstance(y, SeedSpread) else y,
+                           "yerr": y.error() if isinstance(y, SeedSpread) and len(y.values) > 1 else None})
     return points
 
 
@@ -110,6 +120,9 @@ def _scatter(ax, points: list[dict[str, Any]], colors: Mapping[str, Any], xlabel
         else:
             ax.scatter(p["x"], p["y"], color=colors[p["variant"]],
                        label=None if p["variant"] in labelled else p["variant"])
+            if p.get("yerr"):  # spread over seeds
+                ax.errorbar(p["x"], p["y"], yerr=[[p["yerr"][0]], [p["yerr"][1]]], fmt="none",
+                            ecolor=colors[p["variant"]], elinewidth=0.8, capsize=2)
             labelled.add(p["variant"])
         plotted.append(Mark(p["x"], 0.0 if isinstance(p["y"], str) else p["y"], p["backbone"], p["variant"]))
     if any(p["x"] is not None and p["x"] > 0 for p in points):
@@ -257,7 +270,7 @@ def head_norms_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
 
 def effectiveness_vs_norm_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    _scatter(ax, _points(config, summaries, lambda var: _row_norm(var.get("norms"))),
+    _scatter(ax, _points(config, summaries, lambda var, run: _row_norm(var.get("norms"))),
              _colors(list(config["variants"])), "decoder row L2 norm at initialisation, mean (log)",
              "Effectiveness against MLM-head norm")
     return fig
@@ -265,7 +278,7 @@ def effectiveness_vs_norm_figure(config: Mapping[str, Any], summaries: Mapping[s
 
 def effectiveness_vs_flops_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    _scatter(ax, _points(config, summaries, lambda var: _mean_flops(var.get("datasets", {}))),
+    _scatter(ax, _points(config, summaries, lambda var, run: _mean_flops(run.get("datasets", {}))),
              _colors(list(config["variants"])), "FLOPS per query-document pair, mean over datasets (log)",
              "Effectiveness against FLOPS")
     return fig
@@ -286,19 +299,9 @@ def training_curves_figure(config: Mapping[str, Any], summaries: Mapping[str, An
             ax = axes[row][col]
             for v in variants:
                 var = summaries.get(b, {}).get("variants", {}).get(v) or {}
-                curves, training = var.get("curves"), var.get("training") or {}
-                if not curves:
-                    continue
-                collapsed = training.get("status") == "collapsed"
-                for key, style in zip(keys, ("-", "--")):
-                    pts = [(s, y) for s, y in zip(curves["step"], curves[key]) if s is not None and y is not None]
-                    if not pts:
-                        continue
-                    label = (f"{v} (collapsed, step {training.get('collapse_step')})" if collapsed else v) \
-                        if key == keys[0] else None
-                    ax.plot(*zip(*pts), style, color=colors[v], label=label)
-                    if collapsed:
-                        ax.scatter(*pts[-1], **COLLAPSE_STYLE)
+                seeds = seeds_of(var)
+                for i, run in enumerate(runs_of(var)):
+                    _plot_run(ax, run, keys, v, colors[v], seeds[i] if seeds else None, first=i == 0)
             if keys[0] != "loss" and any(line.get_ydata().size and (line.get_ydata() > 0).any()
                                          for line in ax.get_lines()):
                 ax.set_yscale("symlog", linthresh=1.0)
@@ -311,6 +314,26 @@ def training_curves_figure(config: Mapping[str, Any], summaries: Mapping[str, An
                     ax.legend(fontsize=7)
     _layout(fig)
     return fig
+
+
+def _plot_run(ax, run: Mapping[str, Any], keys: tuple[str, ...], variant: str, color: Any, seed: str | None,
+              first: bool) -> None:
+    """One training run's curves; a multi-seed variant's seeds as thin lines, labelled once."""
+    curves, training = run.get("curves"), run.get("training") or {}
+    if not curves:
+        return
+    collapsed = run_collapsed(run)
+    width = 1.5 if seed is None else 0.8
+    for key, style in zip(keys, ("-", "--")):
+        pts = [(s, y) for s, y in zip(curves["step"], curves[key]) if s is not None and y is not None]
+        if not pts:
+            continue
+        name = variant if seed is None else f"{variant}, seed {seed}"
+        label = (f"{name} (collapsed, step {training.get('collapse_step')})" if collapsed else
+                 name if seed is None else f"{variant} (each seed)" if first else None) if key == keys[0] else None
+        ax.plot(*zip(*pts), style, color=color, label=label, lw=width)
+        if collapsed:
+            ax.scatter(*pts[-1], **COLLAPSE_STYLE)
 
 
 BUILDERS = {"head_norms": head_norms_figure, "effectiveness_vs_norm": effectiveness_vs_norm_figure,

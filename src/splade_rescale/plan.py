@@ -25,7 +25,8 @@ import yaml
 
 from splade_rescale.config import ConfigError, query_max_length, validate_config
 from splade_rescale.corpora import corpora
-from splade_rescale.recipes import resolve_recipe
+from splade_rescale.recipes import resolve_recipe, seed_runs
+from splade_rescale.seeds import split_run
 from splade_rescale.schedule import Job, gpu_usage, list_schedule
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,9 +151,15 @@ def load_plan_config(path: str | Path) -> dict[str, Any]:
 # --- jobs ---------------------------------------------------------------------------------------
 
 def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, variant) of every model that is encoded, indexed and evaluated."""
-    return ([(b, v) for b in config["backbones"] for v in config["variants"]]
+    """(name, run) of every model that is encoded, indexed and evaluated: one per training seed
+    of each backbone x variant (the run is the variant's name for one seed), then the reference models."""
+    return ([(b, run) for b in config["backbones"] for v in config["variants"] for run in seed_runs(config, b, v)]
             + [(r, "reference") for r in config.get("reference_models") or {}])
+
+
+def seed_count(config: Mapping[str, Any]) -> dict[str, int]:
+    """Training runs per variant name, summed over backbones ({variant: runs})."""
+    return {v: sum(len(seed_runs(config, b, v)) for b in config["backbones"]) for v in config["variants"]}
 
 
 def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
@@ -163,10 +170,11 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     _, corpus_specs = corpora(config["datasets"])
     n_back, n_var = len(config["backbones"]), len(config["variants"])
     n_models, n_corpora, n_datasets = len(models(config)), len(corpus_specs), len(config["datasets"])
+    n_runs = sum(seed_count(config).values())
     data = config["training"]["data"]
     jobs = {
         "fetch_backbone": n_back, "norms_backbone": n_back, "backbone_summary": n_back,
-        "rescale_head": n_back * n_var, "norms_variant": n_back * n_var, "train": n_back * n_var,
+        "rescale_head": n_back * n_var, "norms_variant": n_back * n_var, "train": n_runs,
         "fetch_reference_model": len(config.get("reference_models") or {}),
         "mine_negatives": int(data["source"] == "beir_local" and data.get("negatives") == "bm25"),
         "encode_corpus": n_models * n_corpora, "impact_index": n_models * n_corpora,
@@ -181,8 +189,8 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     jobs["prepare_corpus"] = n_corpora + int(bool(training_store) and training_store[0] not in corpus_specs)
     jobs["prepare_queries"] = sum(spec["source"] == "ir_datasets" for spec in config["datasets"].values())
     jobs["prepare_training_source"] = int(data["source"] == "ir_datasets")
-    jobs["prepare_training_data"] = len({stream_name(run_stream(resolve_recipe(config, b, v)))
-                                         for b in config["backbones"] for v in config["variants"]}
+    jobs["prepare_training_data"] = len({stream_name(run_stream(resolve_recipe(config, b, run)))
+                                         for b, run in models(config) if run != "reference"}
                                         ) if data["source"] in ("ir_datasets", "tsv_triples") else 0
     jobs = {rule: n for rule, n in jobs.items() if n}
     jobs["total"] = sum(jobs.values())
@@ -457,7 +465,10 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
                 ref_work = float(ref["train_tokens_per_query"])
             qps = ref["train_queries_per_s"] * speed * ref_work / work
             cost.train_gpu_h = recipe["steps"] * recipe["batch_size"] / qps / 3600
-            cost.model_bytes = 4 * shape.parameters * 2 + 12 * shape.parameters * recipe["keep_checkpoints"]
+            base = split_run(variant)[0]
+            shares_init = seed_runs(config, name, base)[0] != variant  # a variant's seeds share one init/
+            cost.model_bytes = (4 * shape.parameters * (1 if shares_init else 2)
+                                + 12 * shape.parameters * recipe["keep_checkpoints"])
         else:
             cost.model_bytes = 4 * shape.parameters
         for corpus, size in corpus_sizes.items():
@@ -498,7 +509,8 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         "index_bytes": sum(s.count * s.words for s in corpus_sizes.values()) * float(disk["bm25_index_bytes_per_word"]),
         "run_bytes": sum(s.count * k * float(disk["run_bytes_per_hit"]) for s in query_sizes.values()),
     }
-    backbone_bytes = sum(4 * c.shape.parameters for c in costs if c.variant == list(config["variants"])[0])
+    backbone_bytes = sum(4 * parameters for parameters in
+                         {c.name: c.shape.parameters for c in costs if c.variant != "reference"}.values())
     final = (sum(c.index_bytes + c.model_bytes + c.other_bytes for c in costs) + bm25["index_bytes"]
              + bm25["run_bytes"] + backbone_bytes)
     largest_corpus = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
@@ -524,6 +536,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     return {
         "encode_rate": " and ".join(sorted(rates_used)),
         "config": config.get("experiment"), "threads": threads, "k": k, "jobs": planned_jobs(config),
+        "seeds": seed_count(config),
         "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
         "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
         "models": [dataclasses.asdict(c) for c in costs], "bm25": bm25, "totals": totals,
@@ -672,6 +685,16 @@ def _range(figures: Mapping[str, Any], key: str) -> str:
     return f"{_h(figures[key])} ({_h(figures[key + '_low'])} … {_h(figures[key + '_high'])})"
 
 
+def _seeds_line(plan: Mapping[str, Any]) -> list[str]:
+    """With several training seeds: how many runs, since training, encoding and retrieval are per seed."""
+    seeds = plan.get("seeds") or {}
+    runs, pairs = sum(seeds.values()), plan["jobs"].get("rescale_head", 0)
+    if runs <= pairs:
+        return []
+    return [f"| training seeds: every figure above counts each seed's full chain (train, encode, index, "
+            f"retrieve) | {runs} training runs of {pairs} backbone x variant pairs |"]
+
+
 def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: str) -> str:
     """The plan as Markdown: totals, one row per model, corpora, memory, jobs, assumptions."""
     t, threads = plan["totals"], plan["threads"]
@@ -690,7 +713,7 @@ def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: 
              f"| disk at the end (GB) | {_gb(t['final_bytes'])} |",
              f"| peak disk (GB): final + one set of shards of the largest corpus ({plan['largest_corpus']}); "
              f"worst case, every shard kept at once | {_gb(t['peak_bytes'])}; {_gb(t['peak_bytes_worst'])} |",
-             f"| Snakemake jobs | {plan['jobs']['total']} |", "",
+             f"| Snakemake jobs | {plan['jobs']['total']} |", *_seeds_line(plan), "",
              "| model | variant | arch | parameters (M) | train GPU-h | encode GPU-h | index CPU-h | "
              "retrieve CPU-h | shards GB (temp) | index GB | models GB |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

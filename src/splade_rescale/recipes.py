@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import yaml
 
 from splade_rescale.config import ConfigError
+from splade_rescale.seeds import SEED_FOLDER, check_seeds, run_name, split_run
 
 RECIPES_PATH = Path(__file__).resolve().parents[2] / "config" / "recipes.yaml"
 REQUIRED_KEYS = ("steps", "batch_size", "negatives_per_query", "lr", "warmup_steps", "weight_decay",
@@ -46,12 +47,65 @@ def check_recipe_keys(values: Mapping[str, Any], where: str) -> None:
 
 
 def resolve_recipe(config: Mapping[str, Any], backbone: str, variant: str) -> dict[str, Any]:
-    """The recipe named by ``training.recipe`` with ``training.overrides`` applied.
+    """The recipe named by ``training.recipe`` with ``training.overrides`` applied, for one run.
 
     Overrides: ``{backbone: {key: value}}`` applies to all variants of a backbone,
     ``{backbone: {variant: {key: value}}}`` to one variant (the more specific wins).
-    Recipes come from ``config["recipes"]`` or else ``config/recipes.yaml``.
+    Recipes come from ``config["recipes"]`` or else ``config/recipes.yaml``. ``variant`` may
+    be a run (``{variant}/seed-{n}``, :mod:`splade_rescale.seeds`): its seed replaces the
+    recipe's, and ``{backbone: {variant: {seed-{n}: {key: value}}}}`` applies to that seed
+    alone (most specific); a one-seed variant's run takes its one seed.
     """
+    variant, seed = split_run(variant)
+    recipe = _overridden_recipe(config, backbone, variant)
+    if seed is None:
+        seeds = training_seeds(config, backbone, variant, recipe["seed"])
+        seed = seeds[0] if len(seeds) == 1 else None
+    if seed is not None:
+        recipe["seed"] = seed
+        key = f"{SEED_FOLDER}{seed}"
+        per_seed = dict(_variant_overrides(config, backbone, variant).get(key) or {})
+        check_recipe_keys(per_seed, f"training.overrides.{backbone}.{variant}.{key}")
+        recipe.update(per_seed)
+    return recipe
+
+
+def _variant_overrides(config: Mapping[str, Any], backbone: str, variant: str) -> dict[str, Any]:
+    per_backbone = config["training"].get("overrides", {}).get(backbone) or {}
+    return dict(per_backbone.get(variant) or {}) if variant in config.get("variants", {}) else {}
+
+
+def training_seeds(config: Mapping[str, Any], backbone: str, variant: str,
+                   recipe_seed: int | None = None) -> list[int]:
+    """The seeds one backbone x variant is trained with: ``training.overrides`` (variant, then
+    backbone level) ``seeds``, else ``training.seeds``, else the recipe's own seed."""
+    per_backbone = dict(config["training"].get("overrides", {}).get(backbone) or {})
+    own = _variant_overrides(config, backbone, variant)
+    for key, value in ((f"training.overrides.{backbone}.{variant}.seeds", own.get("seeds")),
+                       (f"training.overrides.{backbone}.seeds", per_backbone.get("seeds")),
+                       ("training.seeds", config["training"].get("seeds"))):
+        if value is not None:
+            return check_seeds(value, key)
+    if recipe_seed is None:
+        recipe_seed = _overridden_recipe(config, backbone, variant)["seed"]
+    return [int(recipe_seed)]
+
+
+def seed_runs(config: Mapping[str, Any], backbone: str, variant: str) -> list[str]:
+    """The run names of one backbone x variant, one per seed (the variant alone for one seed).
+
+    A per-seed override (``training.overrides.{backbone}.{variant}.seed-{n}``) must name one of
+    the variant's seeds: a typo would otherwise be silently ignored.
+    """
+    seeds = training_seeds(config, backbone, variant)
+    for key in _variant_overrides(config, backbone, variant):
+        if key.startswith(SEED_FOLDER) and key[len(SEED_FOLDER):] not in {str(s) for s in seeds}:
+            raise TrainingConfigError(f"training.overrides.{backbone}.{variant}.{key}: not one of this variant's "
+                                      f"seeds ({', '.join(map(str, seeds))}); fix the seed or training.seeds")
+    return [run_name(variant, seed, len(seeds)) for seed in seeds]
+
+
+def _overridden_recipe(config: Mapping[str, Any], backbone: str, variant: str) -> dict[str, Any]:
     recipes = config.get("recipes")
     if not recipes:
         with open(RECIPES_PATH) as f:
@@ -66,12 +120,14 @@ def resolve_recipe(config: Mapping[str, Any], backbone: str, variant: str) -> di
     if missing:
         raise TrainingConfigError(f"recipes.{name}: missing key(s) {', '.join(missing)}")
     per_backbone = dict(config["training"].get("overrides", {}).get(backbone) or {})
+    per_backbone.pop("seeds", None)  # which runs exist, not a recipe key (training_seeds)
     variant_names = set(config.get("variants", {}))
     per_variant = {k: v for k, v in per_backbone.items() if k in variant_names}
     backbone_level = {k: v for k, v in per_backbone.items() if k not in variant_names}
     check_recipe_keys(backbone_level, f"training.overrides.{backbone}")
     recipe.update(backbone_level)
-    own = per_variant.get(variant) or {}
+    own = {k: v for k, v in (per_variant.get(variant) or {}).items()
+           if k != "seeds" and not k.startswith(SEED_FOLDER)}  # seed-{n}: resolve_recipe, for that seed
     check_recipe_keys(own, f"training.overrides.{backbone}.{variant}")
     recipe.update(own)
     recipe["name"] = name

@@ -27,6 +27,8 @@ from tabulate import tabulate
 from splade_rescale.atomic import write_text
 from splade_rescale.config import parse_factor
 from splade_rescale.evaluate import METRIC_SETS, PRIMARY, compare_systems, correct_pvalues
+from splade_rescale.seed_spread import COLLAPSED, MIN_MAX_UP_TO, SeedSpread, mean_per_query, over_seeds, run_collapsed
+from splade_rescale.summary import runs_of, seeds_of
 
 BASE_TABLES = ("head_norms", "in_domain", "beir", "beir_recall", "efficiency", "training")
 SWEEP_TABLE = "factor_sweep"
@@ -35,7 +37,6 @@ CALIBRATION_TOLERANCE = 0.005  # |ours - published| above this on a full collect
 FORMATS = ("md", "csv", "tex", "html")
 IN_DOMAIN_SETS = ("msmarco", "trec-dl")
 VERSIONED_PACKAGES = ("torch", "transformers", "pyserini", "ranx", "snakemake")
-COLLAPSED = "collapsed"
 MISSING = "–"
 ALPHA = 0.05
 MARK_BASELINE, MARK_REFERENCE = "†", "‡"
@@ -186,6 +187,8 @@ class Table:
             return MISSING
         if isinstance(value, str):
             return value
+        if isinstance(value, SeedSpread):
+            return value.text(self.columns[c].fmt)
         return self.columns[c].fmt(value)
 
 
@@ -204,14 +207,47 @@ class Results:
         self.models = [(b, v) for b in config["backbones"] if b in self.summaries for v in config["variants"]]
         self.systems = ([BM25] if self.bm25 else []) + self.models
 
+        # several training seeds somewhere: cells are means over seeds, with a seeds column
+        self.multi_seed = any(seeds_of(self.variant(m)) for m in self.models)
+
     def variant(self, system: tuple[str, str]) -> dict[str, Any]:
         backbone, variant = system
         return self.summaries[backbone]["variants"].get(variant, {})
 
+    def runs(self, system: tuple[str, str]) -> list[dict[str, Any]]:
+        """A system's training runs, one per seed (BM25: one, untrained)."""
+        return [{"datasets": self.bm25}] if system == BM25 else runs_of(self.variant(system))
+
     def entry(self, system: tuple[str, str], dataset: str) -> dict[str, Any] | None:
-        if system == BM25:
-            return self.bm25.get(dataset)
-        return self.variant(system).get("datasets", {}).get(dataset)
+        """A one-run system's metrics entry (a multi-seed system: its first seed's)."""
+        return self.runs(system)[0].get("datasets", {}).get(dataset)
+
+    def value(self, system: tuple[str, str], compute: Callable[[Callable[[str], Any]], Any]) -> Any:
+        """``compute(entry_of)``, ``entry_of(dataset)`` giving a run's metrics entry, over the
+        system's seeds (:func:`splade_rescale.seed_spread.over_seeds`)."""
+        return over_seeds(self.runs(system), lambda run: compute(lambda d: run.get("datasets", {}).get(d)))
+
+    def seeds_cell(self, system: tuple[str, str]) -> str:
+        """How many seeds a row's means cover: ``kept/trained``."""
+        runs = [] if system == BM25 else self.runs(system)
+        if not runs:
+            return MISSING
+        return f"{sum(not run_collapsed(r) for r in runs)}/{len(runs)}"
+
+    def per_query(self, system: tuple[str, str], dataset: str, metric: str) -> dict[str, float] | None:
+        """Per-query scores for significance: the run's, or averaged over the seeds that did not
+        collapse; None without scores."""
+        runs = self.runs(system)
+        kept = runs if len(runs) == 1 else [r for r in runs if not run_collapsed(r)]
+        scores = []
+        for run in kept:
+            entry = run.get("datasets", {}).get(dataset)
+            if not (isinstance(cell_value(entry, metric), float) and entry.get("per_query")):
+                return None
+            scores.append(entry["per_query"][metric])
+        if not scores:
+            return None
+        return scores[0] if len(runs) == 1 else mean_per_query(scores)
 
     def datasets(self, metric_sets: Iterable[str]) -> list[str]:
         wanted = set(metric_sets)
@@ -237,9 +273,9 @@ def mark_column(table: Table, col: int, results: Results, dataset: str, metric: 
     row_of = {system: r for r, system in enumerate(results.systems)}
     per_query = {}
     for system in results.models:
-        entry = results.entry(system, dataset)
-        if isinstance(cell_value(entry, metric), float) and entry.get("per_query"):
-            per_query[system] = entry["per_query"][metric]
+        scores = results.per_query(system, dataset, metric)
+        if scores is not None:
+            per_query[system] = scores
     comparisons: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for system in per_query:
         backbone, variant = system
@@ -262,10 +298,18 @@ def mark_column(table: Table, col: int, results: Results, dataset: str, metric: 
 
 
 def significance_note(results: Results) -> str:
-    return (f"{MARK_BASELINE}: significantly different from the same backbone's '{results.baseline}' variant; "
+    note = (f"{MARK_BASELINE}: significantly different from the same backbone's '{results.baseline}' variant; "
             f"{MARK_REFERENCE}: significantly different from the reference backbone ({results.reference}) with "
             f"the same variant (two-sided paired t-test on per-query scores, Holm correction over all "
             f"comparisons in the column, alpha = {ALPHA}; collapsed runs are not tested).")
+    return note + (seeds_note() if results.multi_seed else "")
+
+
+def seeds_note() -> str:
+    return (" Variants trained with several seeds: each cell is the mean over the seeds that did not collapse, "
+            f"with its min–max in parentheses for {MIN_MAX_UP_TO} or fewer seeds and ± the sample sd for more; "
+            "'seeds' gives the seeds each mean covers (not collapsed / trained); their significance tests use "
+            "per-query scores averaged over those seeds.")
 
 
 def notes_sentence(notes: Mapping[str, str]) -> str:
@@ -299,14 +343,19 @@ def effectiveness_table(name: str, caption: str, results: Results, columns: list
     ({label: the (dataset, metric) columns it averages}; not tested for significance)."""
     table = Table(name, caption, label_columns() + [Column(f"{d} {m}", fmt_metric) for d, m in columns])
     table.columns += [Column(label, fmt_metric) for label in means or {}]
+    table.columns += [Column("seeds")] if results.multi_seed else []
+
+    def mean_of(entry_of: Callable[[str], Any], cells: list[tuple[str, str]]) -> Any:
+        values = [cell_value(entry_of(d), m) for d, m in cells]
+        words = [v for v in values if isinstance(v, str)]
+        return words[0] if words else None if None in values or not values else sum(values) / len(values)
+
     for system in results.systems:
         row: list[Any] = list(system)
-        row += [cell_value(results.entry(system, d), m) for d, m in columns]
-        for mean_of in (means or {}).values():
-            values = [cell_value(results.entry(system, d), m) for d, m in mean_of]
-            words = [v for v in values if isinstance(v, str)]
-            row.append(words[0] if words else
-                       None if None in values or not values else sum(values) / len(values))
+        row += [results.value(system, lambda entry_of, d=d, m=m: cell_value(entry_of(d), m)) for d, m in columns]
+        row += [results.value(system, lambda entry_of, cells=cells: mean_of(entry_of, cells))
+                for cells in (means or {}).values()]
+        row += [results.seeds_cell(system)] if results.multi_seed else []
         table.rows.append(row)
     for c, (d, m) in enumerate(columns, start=2):
         mark_column(table, c, results, d, m)
@@ -376,17 +425,17 @@ def efficiency_table(results: Results) -> Table:
                "index size on disk and queries per second of the retrieval run (threads as configured). "
                "Collapsed runs show 'collapsed'; a corpus estimated over encoding.index_budget_gb shows 'too dense' "
                "(not indexed). " + notes_sentence(results.notes(results.config["datasets"])))
+    if results.multi_seed:
+        columns.append(Column("seeds"))
+        caption += seeds_note()
     table = Table("efficiency", caption, columns)
     for d in results.config["datasets"]:
         for system in results.systems:
-            entry = results.entry(system, d)
             row: list[Any] = [d, *system]
-            if word := unscored(entry):
-                row += [word] * len(EFFICIENCY_COLUMNS)
-            else:
-                eff = (entry or {}).get("efficiency") or {}
-                row += [eff.get(key) for key, _, _ in EFFICIENCY_COLUMNS]
-            table.rows.append(row)
+            row += [results.value(system, lambda entry_of, key=key: unscored(entry_of(d))
+                                  or ((entry_of(d) or {}).get("efficiency") or {}).get(key))
+                    for key, _, _ in EFFICIENCY_COLUMNS]
+            table.rows.append(row + ([results.seeds_cell(system)] if results.multi_seed else []))
     return table
 
 
@@ -405,15 +454,37 @@ def training_table(results: Results) -> Table:
                "after the FLOPS warm-up, from end-of-training statistics). A collapsed run's model is still "
                "written, but it is not encoded, indexed or retrieved (SKIPPED.json): the other tables show "
                "'collapsed' instead of numbers. BM25 is not trained.")
+    if results.multi_seed:
+        columns.insert(2, Column("seed"))
+        caption += (" Variants trained with several seeds: a first row with how many of the seeds collapsed "
+                    "(e.g. '1/3 collapsed') and the mean of the last-logged statistics over the seeds that did "
+                    "not, then one row per seed.")
     table = Table("training", caption, columns)
-    for system in results.models:
-        training = results.variant(system).get("training") or {}
+
+    def run_row(training: Mapping[str, Any]) -> list[Any]:
         last = training.get("last_log") or {}
         steps = (f"{training['steps_done']}/{training['steps_planned']}"
                  if training.get("steps_done") is not None else None)
-        table.rows.append([*system, training.get("recipe"), training.get("status"), steps,
-                           *[last.get(key) for key, _ in TRAINING_LOG_COLUMNS],
-                           training.get("collapse_step"), training.get("reason")])
+        return [training.get("recipe"), training.get("status"), steps,
+                *[last.get(key) for key, _ in TRAINING_LOG_COLUMNS],
+                training.get("collapse_step"), training.get("reason")]
+
+    for system in results.models:
+        seeds = seeds_of(results.variant(system))
+        if not seeds:
+            training = results.variant(system).get("training") or {}
+            table.rows.append([*system, *([None] if results.multi_seed else []), *run_row(training)])
+            continue
+        runs = results.runs(system)
+        collapsed = sum(run_collapsed(r) for r in runs)
+        recipes = {(r.get("training") or {}).get("recipe") for r in runs}
+        means = [over_seeds(runs, lambda r, key=key: ((r.get("training") or {}).get("last_log") or {}).get(key))
+                 for key, _ in TRAINING_LOG_COLUMNS]
+        table.rows.append([*system, "all", recipes.pop() if len(recipes) == 1 else None,
+                           f"{collapsed}/{len(runs)} collapsed", None,
+                           *[m.mean if isinstance(m, SeedSpread) else None for m in means], None, None])
+        for seed, run in zip(seeds, runs):
+            table.rows.append([*system, seed, *run_row(run.get("training") or {})])
     return table
 
 
@@ -467,8 +538,10 @@ def factor_sweep_table(results: Results) -> Table:
     for backbone in results.config["backbones"]:
         if backbone not in results.summaries:
             continue
-        datasets = {v: results.variant((backbone, v)).get("datasets", {}) for v, _ in factors}
-        table.rows.append([backbone] + [primary_mean(results.config, datasets[v]) for v, _ in factors])
+        table.rows.append([backbone] + [
+            results.value((backbone, v), lambda entry_of: primary_mean(
+                results.config, {d: entry_of(d) for d in results.config["datasets"]}))
+            for v, _ in factors])
     table.caption = ("Head-factor sweep: mean of each dataset's primary metric (MRR@10 on MS MARCO dev, "
                      f"nDCG@10 otherwise) over all {len(results.config['datasets'])} datasets of this config, "
                      "per backbone and constant head factor (x1/16 = the paper's k = 16). A run collapsed on "
@@ -495,16 +568,21 @@ def render_csv(table: Table, footer: str) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     buffer.write(f"# {table.caption}\n# {footer}\n")
+    spread = {c for c in range(len(table.columns)) if any(isinstance(row[c], SeedSpread) for row in table.rows)}
     header = []
     for c, col in enumerate(table.columns):
         header += [col.label] + ([f"{col.label} marks"] if c in table.tested_columns else [])
+        header += [f"{col.label} {stat}" for stat in ("min", "max", "sd", "n")] if c in spread else []
     writer.writerow(header)
     for r, row in enumerate(table.rows):
         out = []
         for c, value in enumerate(row):
-            out.append("" if value is None else value)
+            out.append("" if value is None else value.mean if isinstance(value, SeedSpread) else value)
             if c in table.tested_columns:
                 out.append(table.marks.get((r, c), ""))
+            if c in spread:
+                out += ([value.low, value.high, "" if value.sd is None else value.sd, len(value.values)]
+                        if isinstance(value, SeedSpread) else ["", "", "", ""])
         writer.writerow(out)
     return buffer.getvalue()
 
@@ -519,7 +597,7 @@ def latex_escape(text: str) -> str:
 
 
 def render_tex(table: Table, footer: str) -> str:
-    align = "".join("r" if any(isinstance(row[c], (int, float)) and not isinstance(row[c], bool)
+    align = "".join("r" if any(isinstance(row[c], (int, float, SeedSpread)) and not isinstance(row[c], bool)
                                for row in table.rows) else "l" for c in range(len(table.columns)))
     lines = [r"% needs \usepackage{booktabs}", r"\begin{table}[t]", r"\centering", r"\small",
              rf"\caption{{{latex_escape(table.caption)}}}",

@@ -10,7 +10,8 @@ from snakemake.utils import validate
 
 from splade_rescale.config import ConfigError, check_cores, query_max_length, validate_config
 from splade_rescale.corpora import corpora
-from splade_rescale.recipes import resolve_recipe
+from splade_rescale.recipes import resolve_recipe, seed_runs
+from splade_rescale.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
 
 
 def _load_recipes():
@@ -62,6 +63,18 @@ REFERENCE = config["reference_backbone"]
 CORPUS_OF, CORPORA = corpora(config["datasets"])
 CORPUS_OF = ConfigSection("datasets", CORPUS_OF)
 CORPORA = ConfigSection("corpus names", CORPORA)
+# Training runs per backbone x variant, one per seed: the variant's name alone for one seed
+# (every path as without seeds), else {variant}/seed-{n} (splade_rescale.seeds). Norms and the
+# rescaled init/ are the variant's and shared by its seeds.
+try:
+    RUNS = {(b, v): seed_runs(config, b, v) for b in BACKBONES for v in VARIANTS}
+except ConfigError as exc:
+    raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
+
+
+def backbone_runs(backbone):
+    """Every training run of a backbone, variants in config order, seeds in theirs."""
+    return [run for v in VARIANTS for run in RUNS[(backbone, v)]]
 
 
 def prepared_corpus(corpus):
@@ -72,7 +85,7 @@ def prepared_corpus(corpus):
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
     ref="|".join(map(re.escape, REFERENCE_MODELS)) or "(?!)",
-    variant="[A-Za-z0-9_.-]+",
+    variant=RUN_PATTERN,  # rescale and norms_variant: VARIANT_PATTERN (no seed folder)
     dataset="[A-Za-z0-9_.-]+",
     corpus="[A-Za-z0-9_.-]+",
 
@@ -194,8 +207,8 @@ def backbone_targets(backbone):
     return (
         [f"results/norms/{backbone}.json"]
         + [f"results/norms/{backbone}/{v}.json" for v in VARIANTS]
-        + [f"results/models/{backbone}/{v}/manifest.json" for v in VARIANTS]
-        + [f"results/metrics/{backbone}/{v}/{d}.json" for v in VARIANTS for d in DATASETS]
+        + [f"results/models/{backbone}/{run}/manifest.json" for run in backbone_runs(backbone)]
+        + [f"results/metrics/{backbone}/{run}/{d}.json" for run in backbone_runs(backbone) for d in DATASETS]
     )
 
 

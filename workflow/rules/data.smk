@@ -15,13 +15,13 @@ try:
     TRAINING_CORPUS = training_corpus(_TRAIN_DATA, CORPORA)
     # the examples each training run reads, prepared from a source that is not local examples already
     # (a mined beir_local split is: rule mine_negatives); one file per distinct stream
-    RUN_STREAMS = {(b, v): run_stream(resolve_recipe(config, b, v)) for b in BACKBONES for v in VARIANTS
-                   } if _TRAIN_DATA["source"] in ("ir_datasets", "tsv_triples") else {}
+    RUN_STREAMS = {(b, run): run_stream(resolve_recipe(config, b, run)) for b in BACKBONES
+                   for run in backbone_runs(b)} if _TRAIN_DATA["source"] in ("ir_datasets", "tsv_triples") else {}
 except (ConfigError, ValueError) as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 STREAMS = ConfigSection("training streams", {stream_name(s): s for s in RUN_STREAMS.values()})
 PREPARED_CORPORA = ConfigSection("corpus names", {**CORPORA, **dict([TRAINING_CORPUS] if TRAINING_CORPUS else [])})
-# (backbone, variant) -> the examples its training reads; none where they are local already
+# (backbone, run) -> the examples its training reads; none where they are local already
 PREPARED_EXAMPLES = {run: f"results/training/examples/{stream_name(s)}.jsonl" for run, s in RUN_STREAMS.items()}
 # the query preparations encode_queries waits for (local datasets need none)
 PREPARED_QUERIES = [f"results/data/queries/{d}.json" for d in DATASETS

@@ -1,4 +1,6 @@
 rule rescale_head:
+    wildcard_constraints:
+        variant=VARIANT_PATTERN,  # a variant's, shared by its seeds' runs
     input:
         unpack(rescale_norm_inputs),
         model="results/backbones/{backbone}/model",

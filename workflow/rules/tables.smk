@@ -16,7 +16,7 @@ rule backbone_summary:
     """One backbone's whole chain: `snakemake results/summary/{backbone}.json` reruns just it."""
     input:
         lambda w: backbone_targets(w.backbone)
-        + [f"results/models/{w.backbone}/{v}/train_log.csv" for v in VARIANTS],
+        + [f"results/models/{w.backbone}/{run}/train_log.csv" for run in backbone_runs(w.backbone)],
     output:
         "results/summary/{backbone}.json",
     log:

@@ -25,7 +25,7 @@ ruleorder: fetch_reference_model > train
 
 rule train:
     input:
-        init="results/models/{backbone}/{variant}/init",
+        init=lambda w: f"results/models/{w.backbone}/{split_run(w.variant)[0]}/init",  # shared by its seeds
         examples=("results/training/examples.jsonl" if MINED  # other sources: prepared in data.smk
                   else lambda w: PREPARED_EXAMPLES.get((w.backbone, w.variant), [])),
     output:

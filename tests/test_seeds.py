@@ -1,0 +1,219 @@
+"""Training seeds: one chain per seed, seed folders only with several seeds, tables with the
+mean and spread over the seeds that did not collapse, and nothing changed for one seed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, TRIPLES
+from test_tables import fixture_results  # noqa: F401  (a fixture)
+from test_train import TINY
+from test_workflow import job_counts, snakemake
+
+GOLDEN = REPO / "tests/data/tables_one_seed"
+
+
+def _demo(**training) -> dict:
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config["training"].update(training)
+    config["recipes"] = yaml.safe_load((REPO / "config/recipes.yaml").read_text())["recipes"]
+    return config
+
+
+def test_run_names_and_the_seed_each_run_trains_with() -> None:
+    from splade_rescale.recipes import resolve_recipe, seed_runs
+    from splade_rescale.seeds import split_run
+
+    one = _demo()
+    assert seed_runs(one, "minilm", "baseline") == ["baseline"]  # the recipe's own seed, no folder
+    assert resolve_recipe(one, "minilm", "baseline")["seed"] == one["recipes"]["demo-cpu"]["seed"]
+    two = _demo(seeds=[3, 5], overrides={"minilm-x16": {"seeds": [7], "rescaled": {"seeds": [1, 2, 4]}},
+                                         "minilm": {"rescaled": {"seed-5": {"lambda_d": 9.0}}}})
+    assert seed_runs(two, "minilm", "baseline") == ["baseline/seed-3", "baseline/seed-5"]
+    assert seed_runs(two, "minilm-x16", "baseline") == ["baseline"]  # backbone level: one seed, 7
+    assert resolve_recipe(two, "minilm-x16", "baseline")["seed"] == 7
+    assert seed_runs(two, "minilm-x16", "rescaled") == [f"rescaled/seed-{s}" for s in (1, 2, 4)]  # variant level
+    assert resolve_recipe(two, "minilm", "baseline/seed-5")["seed"] == 5
+    assert resolve_recipe(two, "minilm", "rescaled/seed-5")["lambda_d"] == 9.0  # that seed alone
+    assert resolve_recipe(two, "minilm", "rescaled/seed-3")["lambda_d"] == two["recipes"]["demo-cpu"]["lambda_d"]
+    assert split_run("rescaled/seed-12") == ("rescaled", 12) and split_run("k1.5") == ("k1.5", None)
+
+
+@pytest.mark.parametrize("training, key", [
+    ({"seeds": [0, 1, 0]}, "training.seeds"),
+    ({"seeds": []}, "training.seeds"),
+    ({"overrides": {"minilm": {"rescaled": {"seeds": [2, 2]}}}}, "training.overrides.minilm.rescaled.seeds"),
+    ({"overrides": {"minilm": {"seeds": [1, "x"]}}}, "training.overrides.minilm.seeds"),
+])
+def test_a_bad_seed_list_is_one_line_naming_its_key(training: dict, key: str) -> None:
+    from splade_rescale.config import ConfigError, validate_config
+
+    with pytest.raises(ConfigError) as err:
+        validate_config(_demo(**training))
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_per_seed_override_for_a_seed_not_trained_is_refused() -> None:
+    from splade_rescale.config import ConfigError
+    from splade_rescale.recipes import seed_runs
+
+    config = _demo(seeds=[0, 1], overrides={"minilm": {"baseline": {"seed-2": {"lambda_d": 1.0}}}})
+    with pytest.raises(ConfigError, match=r"training.overrides.minilm.baseline.seed-2: not one of"):
+        seed_runs(config, "minilm", "baseline")
+
+
+def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: Path) -> None:
+    from splade_rescale.plan import load_plan_config, planned_jobs
+
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config["training"]["seeds"] = [0, 1]
+    path = tmp_path / "seeds.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", str(path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = job_counts(proc.stdout)
+    backbones, variants, seeds, datasets, corpora = 2, 2, 2, 3, 2
+    assert counts["rescale_head"] == counts["norms_variant"] == backbones * variants
+    assert counts["train"] == backbones * variants * seeds
+    assert counts["encode_queries"] == backbones * variants * seeds
+    assert counts["encode_corpus"] == counts["impact_index"] == backbones * variants * seeds * corpora
+    assert counts["evaluate"] == backbones * variants * seeds * datasets
+    assert {k: v for k, v in planned_jobs(load_plan_config(path)).items()} == counts
+    assert "results/models/minilm/rescaled/seed-1/final" in proc.stdout
+    assert "results/metrics/minilm-x16/baseline/seed-0/scifact.json" in proc.stdout
+    assert "results/models/minilm/rescaled/init" in proc.stdout
+    assert "seed-0/init" not in proc.stdout and "results/norms/minilm/rescaled/seed" not in proc.stdout
+
+    one = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", "config/demo.yaml")
+    assert one.returncode == 0 and "seed-" not in one.stdout  # one seed: the paths as without seeds
+
+
+def _render(config: dict, summaries, bm25, norms_csv) -> dict[str, str]:
+    from splade_rescale.tables import FORMATS, RENDERERS, build_tables
+
+    return {f"{t.name}.{ext}": RENDERERS[ext](t, "FOOTER")
+            for t in build_tables(config, summaries, bm25, norms_csv) for ext in FORMATS}
+
+
+def _golden_config() -> dict:
+    from test_tables import CONFIG
+
+    config = json.loads(json.dumps(CONFIG))
+    config["variants"]["k4"] = {"policy": "constant", "factor": "1/4"}
+    return config
+
+
+def test_one_seed_tables_are_byte_identical_to_the_tables_before_seeds(fixture_results) -> None:
+    rendered = _render(_golden_config(), fixture_results["summaries"], fixture_results["bm25"],
+                       fixture_results["norms_csv"])
+    golden = {p.name: p.read_text(encoding="utf-8") for p in GOLDEN.iterdir() if p.name != "README.md"}
+    assert rendered.keys() == golden.keys()
+    for name, text in rendered.items():
+        assert text == golden[name], name
+
+
+# ------------------------------------------------------------------------------- the real chain
+
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+       "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+TINY_SIZES = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 30522}
+# a verdict no run can pass: that seed is marked collapsed after its FLOPS warm-up
+FORCED_COLLAPSE = {"collapse_min_nnz": 1.0e6}
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workflow on a tiny random BERT, two variants x seeds [0, 1], seed 1 of 'rescaled' forced
+    to collapse; real SciFact text, the MS MARCO triples sample, Lucene and ranx."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("seeds")
+    for name in ("Snakefile", "workflow", "config", "envs"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    (root / "resources").mkdir()
+    for name in ("probe", "demo/scifact"):
+        shutil.copytree(REPO / "resources" / name, root / "resources" / name)
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config.update(device="cpu", experiment="seeds-test", recipes={"tiny": {**TINY, "source": "tests"}})
+    config["backbones"] = {"tiny": {"source": "config", "architecture": "bert", "sizes": TINY_SIZES}}
+    config["reference_backbone"] = "tiny"
+    config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
+                                      "subset": {"max_queries": 16, "max_judged_per_query": 3, "extra_docs": 30,
+                                                 "seed": 0}}}
+    config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1, "seeds": [0, 1],
+                          "overrides": {"tiny": {"rescaled": {"seed-1": FORCED_COLLAPSE}}}}
+    (root / "config/test.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "--cores", "2", "--configfile",
+                           "config/test.yaml"], cwd=root, env=ENV, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return root
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    text = "".join(line for line in path.read_text(encoding="utf-8").splitlines(True) if not line.startswith("#"))
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _ndcg(root: Path, run: str) -> float:
+    return json.loads((root / f"results/metrics/tiny/{run}/scifact.json").read_text())["metrics"]["nDCG@10"]
+
+
+def test_each_seed_has_its_chain_and_the_variant_one_init(two_seeds: Path) -> None:
+    models = two_seeds / "results/models/tiny"
+    for variant in ("baseline", "rescaled"):
+        assert (models / variant / "init").is_dir() and not (models / variant / "seed-0" / "init").exists()
+        for seed in (0, 1):
+            manifest = json.loads((models / variant / f"seed-{seed}" / "manifest.json").read_text())
+            assert manifest["recipe"]["seed"] == seed
+    assert json.loads((models / "rescaled/seed-1/manifest.json").read_text())["status"] == "collapsed"
+    assert json.loads((models / "rescaled/seed-0/manifest.json").read_text())["status"] == "ok"
+
+
+def test_table_means_are_the_seeds_metrics_by_hand(two_seeds: Path) -> None:
+    tables = two_seeds / "results/tables"
+    rows = {(r["backbone"], r["variant"]): r for r in _csv_rows(tables / "beir.csv")}
+    by_hand = [_ndcg(two_seeds, f"baseline/seed-{s}") for s in (0, 1)]
+    baseline = rows[("tiny", "baseline")]
+    assert float(baseline["scifact nDCG@10"]) == pytest.approx(sum(by_hand) / 2, abs=1e-12)
+    assert float(baseline["scifact nDCG@10 min"]) == pytest.approx(min(by_hand))
+    assert float(baseline["scifact nDCG@10 max"]) == pytest.approx(max(by_hand))
+    assert baseline["seeds"] == "2/2"
+    # the collapsed seed is left out of the mean; the row stays, saying it covers one seed
+    rescaled = rows[("tiny", "rescaled")]
+    assert float(rescaled["scifact nDCG@10"]) == pytest.approx(_ndcg(two_seeds, "rescaled/seed-0"))
+    assert rescaled["seeds"] == "1/2"
+    md = (tables / "beir.md").read_text()
+    assert "min–max" in md and "not collapsed / trained" in md
+    row = next(line for line in md.splitlines() if line.replace(" ", "").startswith("|tiny|baseline|"))
+    assert f"{sum(by_hand) / 2:.3f} ({min(by_hand):.3f}–{max(by_hand):.3f})" in row
+
+
+def test_training_table_counts_collapsed_seeds_and_gives_each_seeds_reason(two_seeds: Path) -> None:
+    rows = _csv_rows(two_seeds / "results/tables/training.csv")
+    rescaled = [r for r in rows if r["variant"] == "rescaled"]
+    assert [r["seed"] for r in rescaled] == ["all", "0", "1"]
+    assert rescaled[0]["status"] == "1/2 collapsed"
+    assert rescaled[2]["status"] == "collapsed" and "1000000" in rescaled[2]["reason"] and rescaled[2]["collapse step"]
+    assert [r["status"] for r in rows if r["variant"] == "baseline"] == ["0/2 collapsed", "ok", "ok"]
+    assert (two_seeds / "results/figures/training_curves.png").stat().st_size > 5000
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
+    sys.path.insert(0, str(REPO / "tests"))
+    import tempfile
+
+    build = getattr(fixture_results, "__wrapped__", None) or fixture_results._get_wrapped_function()
+    res = build(Path(tempfile.mkdtemp()))
+    for name, text in _render(_golden_config(), res["summaries"], res["bm25"], res["norms_csv"]).items():
+        (GOLDEN / name).write_text(text, encoding="utf-8")
