@@ -74,6 +74,7 @@ except ConfigError as exc:
 
 def backbone_runs(backbone):
     """Every training run of a backbone, variants in config order, seeds in theirs."""
+    config["backbones"][backbone]  # an unknown name (a target path's typo) fails with a clear message
     return [run for v in VARIANTS for run in RUNS[(backbone, v)]]
 
 
