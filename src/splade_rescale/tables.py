@@ -219,7 +219,7 @@ class Results:
         return [{"datasets": self.bm25}] if system == BM25 else runs_of(self.variant(system))
 
     def entry(self, system: tuple[str, str], dataset: str) -> dict[str, Any] | None:
-        """A one-run system's metrics entry (a multi-seed system: its first seed's)."""
+        """A one-run system's metrics entry (a multi-seed system: its first seed's, for dataset notes)."""
         return self.runs(system)[0].get("datasets", {}).get(dataset)
 
     def value(self, system: tuple[str, str], compute: Callable[[Callable[[str], Any]], Any]) -> Any:
@@ -324,9 +324,12 @@ def missing_queries_sentence(results: Results, datasets: Iterable[str]) -> str:
     items = []
     for d in datasets:
         for system in results.systems:
-            n = (results.entry(system, d) or {}).get("n_queries_without_results") or 0
-            if n:
-                items.append(f"{'/'.join(x for x in system if x != MISSING)} on {d}: {n}")
+            seeds = None if system == BM25 else seeds_of(results.variant(system))
+            for i, run in enumerate(results.runs(system)):  # each seed's run
+                n = (run.get("datasets", {}).get(d) or {}).get("n_queries_without_results") or 0
+                if n:
+                    name = "/".join(x for x in system if x != MISSING) + (f" seed {seeds[i]}" if seeds else "")
+                    items.append(f"{name} on {d}: {n}")
     return f" Judged queries without any result (scored 0): {'; '.join(items)}." if items else ""
 
 
