@@ -157,11 +157,6 @@ def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
             + [(r, "reference") for r in config.get("reference_models") or {}])
 
 
-def seed_count(config: Mapping[str, Any]) -> dict[str, int]:
-    """Training runs per variant name, summed over backbones ({variant: runs})."""
-    return {v: sum(len(seed_runs(config, b, v)) for b in config["backbones"]) for v in config["variants"]}
-
-
 def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     """Jobs per rule that ``snakemake all`` plans for a config from scratch (its 'Job stats')."""
     from splade_rescale.prepare import training_corpus
@@ -170,7 +165,7 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     _, corpus_specs = corpora(config["datasets"])
     n_back, n_var = len(config["backbones"]), len(config["variants"])
     n_models, n_corpora, n_datasets = len(models(config)), len(corpus_specs), len(config["datasets"])
-    n_runs = sum(seed_count(config).values())
+    n_runs = sum(run != "reference" for _, run in models(config))
     data = config["training"]["data"]
     jobs = {
         "fetch_backbone": n_back, "norms_backbone": n_back, "backbone_summary": n_back,
@@ -536,7 +531,6 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     return {
         "encode_rate": " and ".join(sorted(rates_used)),
         "config": config.get("experiment"), "threads": threads, "k": k, "jobs": planned_jobs(config),
-        "seeds": seed_count(config),
         "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
         "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
         "models": [dataclasses.asdict(c) for c in costs], "bm25": bm25, "totals": totals,
@@ -687,8 +681,7 @@ def _range(figures: Mapping[str, Any], key: str) -> str:
 
 def _seeds_line(plan: Mapping[str, Any]) -> list[str]:
     """With several training seeds: how many runs, since training, encoding and retrieval are per seed."""
-    seeds = plan.get("seeds") or {}
-    runs, pairs = sum(seeds.values()), plan["jobs"].get("rescale_head", 0)
+    runs, pairs = plan["jobs"].get("train", 0), plan["jobs"].get("rescale_head", 0)
     if runs <= pairs:
         return []
     return [f"| training seeds: every figure above counts each seed's full chain (train, encode, index, "

@@ -83,9 +83,9 @@ def summarize_backbone(backbone: str, inputs: Iterable[str | Path], out_path: st
         if seed is None:
             return variant(name)
         entry = variant(name)
-        for key in ("training", "curves", "datasets"):
-            entry.pop(key, None)
-        return entry.setdefault("seeds", {}).setdefault(seed, {"training": None, "curves": None, "datasets": {}})
+        if "seeds" not in entry:  # the runs live under seeds, not in the variant itself
+            entry = summary["variants"][name] = {"norms": entry["norms"], "seeds": {}}
+        return entry["seeds"].setdefault(seed, {"training": None, "curves": None, "datasets": {}})
 
     for path in map(Path, inputs):
         kind, var, seed, dataset = _classify(path, backbone)

@@ -229,25 +229,23 @@ class Results:
 
     def seeds_cell(self, system: tuple[str, str]) -> str:
         """How many seeds a row's means cover: ``kept/trained``."""
-        runs = [] if system == BM25 else self.runs(system)
-        if not runs:
+        if system == BM25:
             return MISSING
+        runs = self.runs(system)
         return f"{sum(not run_collapsed(r) for r in runs)}/{len(runs)}"
 
     def per_query(self, system: tuple[str, str], dataset: str, metric: str) -> dict[str, float] | None:
         """Per-query scores for significance: the run's, or averaged over the seeds that did not
         collapse; None without scores."""
-        runs = self.runs(system)
-        kept = runs if len(runs) == 1 else [r for r in runs if not run_collapsed(r)]
         scores = []
-        for run in kept:
+        for run in self.runs(system):
+            if run_collapsed(run):
+                continue
             entry = run.get("datasets", {}).get(dataset)
             if not (isinstance(cell_value(entry, metric), float) and entry.get("per_query")):
                 return None
             scores.append(entry["per_query"][metric])
-        if not scores:
-            return None
-        return scores[0] if len(runs) == 1 else mean_per_query(scores)
+        return mean_per_query(scores) if scores else None
 
     def datasets(self, metric_sets: Iterable[str]) -> list[str]:
         wanted = set(metric_sets)
