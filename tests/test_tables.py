@@ -16,7 +16,7 @@ import pytrec_eval
 
 from conftest import REPO
 from splade_rescale.evaluate import METRIC_SETS, evaluate_run
-from splade_rescale.figures import FIGURE_NAMES, write_figures
+from splade_rescale.figures import FIGURE_NAMES, figure_names, write_figures
 from splade_rescale.norms import write_norms_table
 from splade_rescale.summary import summarize_backbone
 from splade_rescale.tables import FORMATS, table_names, write_tables
@@ -233,15 +233,65 @@ def test_beir_metric_set_recall_equals_trec_eval():
         assert ours["R@1000"][q] > ours["R@100"][q]
 
 
-def test_factor_sweep_table_with_more_than_two_constant_factors(fixture_results, tmp_path):
+def sweep_config_and_summaries(fixture_results) -> tuple[dict, list[Path]]:
+    """The fixture with a k4 variant (not run) and a match_reference variant that resolved to x1/16
+    on both backbones (its runs: copies of ``rescaled``)."""
     config = json.loads(json.dumps(CONFIG))
     config["variants"]["k4"] = {"policy": "constant", "factor": "1/4"}
+    config["variants"]["matched"] = {"policy": "match_reference", "reference": "small"}
+    for path in fixture_results["summaries"]:
+        summary = json.loads(path.read_text())
+        matched = json.loads(json.dumps(summary["variants"]["rescaled"]))
+        matched["norms"]["variant"] = "matched"
+        matched["training"]["last_log"]["nnz_d"] = 123.0
+        summary["variants"]["matched"] = matched
+        path.write_text(json.dumps(summary))
+    return config, fixture_results["summaries"]
+
+
+def test_factor_sweep_table_orders_each_backbone_by_factor_with_match_reference(fixture_results, tmp_path):
+    config, summaries = sweep_config_and_summaries(fixture_results)
     assert table_names(config)[-1] == "factor_sweep"
-    write_tables(config, fixture_results["summaries"], fixture_results["bm25"], fixture_results["norms_csv"],
-                 tmp_path)
+    write_tables(config, summaries, fixture_results["bm25"], fixture_results["norms_csv"], tmp_path)
     sweep = (tmp_path / "factor_sweep.md").read_text()
-    assert "x0.0625 (rescaled)" in sweep
-    assert "collapsed" in next(line for line in sweep.splitlines() if line.startswith("| big-head"))
+    rows = [line.replace(" ", "").split("|")[1:4] for line in sweep.splitlines() if line.startswith("| small")]
+    assert rows == [["small", "baseline", "x1"], ["small", "k4", "x0.25"], ["small", "rescaled", "x0.0625"],
+                    ["small", "matched", "x0.0625"]]
+    assert md_row(sweep, "small", "k4").count("–") >= 3  # configured, never run: missing, not zero
+    collapsed = md_row(sweep, "big-head", "baseline")
+    assert "collapsed (" not in collapsed and collapsed.count("collapsed") >= 2  # no verdict in the fixture
+    assert "match_reference's factor as resolved" in sweep
+    with open(tmp_path / "factor_sweep.csv", newline="") as f:
+        table = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    small = {r["variant"]: r for r in table if r["backbone"] == "small"}
+    assert float(small["matched"]["factor"]) == pytest.approx(1 / 16)
+    assert float(small["matched"]["nnz d (training)"]) == 123.0
+
+
+def test_training_table_names_a_near_empty_collapse(fixture_results, tmp_path):
+    path = fixture_results["summaries"][1]
+    summary = json.loads(path.read_text())
+    summary["variants"]["baseline"]["training"]["verdict"] = "near-empty: 2.6 terms per document"
+    path.write_text(json.dumps(summary))
+    write_tables(CONFIG, fixture_results["summaries"], fixture_results["bm25"], fixture_results["norms_csv"], tmp_path)
+    row = md_row((tmp_path / "training.md").read_text(), "big-head", "baseline")
+    assert "collapsed (near-empty: 2.6 terms per document)" in row
+
+
+def test_factor_sweep_figure_is_made_with_the_sweep_table(fixture_results, tmp_path):
+    config, summaries = sweep_config_and_summaries(fixture_results)
+    assert figure_names(config)[-1] == "factor_sweep" and "factor_sweep" not in figure_names(CONFIG)
+    written = write_figures(config, summaries, tmp_path)
+    assert (tmp_path / "factor_sweep.png").stat().st_size > 5000 and len(written) == 2 * len(figure_names(config))
+    from splade_rescale.figures import factor_sweep_figure
+    data = {json.loads(p.read_text())["backbone"]: json.loads(p.read_text()) for p in summaries}
+    fig = factor_sweep_figure(config, data)
+    left, right = fig.axes
+    small = next(line for line in left.get_lines() if line.get_label() == "small")
+    assert list(small.get_xdata()) == [1 / 16, 1.0]  # k4 never ran: no point, no zero
+    assert right.get_yscale() == "log"
+    collapsed = [c for c in left.collections if tuple(c.get_facecolor()[0][:3]) == (1.0, 0.0, 0.0)]
+    assert [tuple(c.get_offsets()[0]) for c in collapsed] == [(1.0, 0.0)]  # big-head at x1, drawn at 0
 
 
 def test_figures_are_nonempty_png_and_pdf(fixture_results, tmp_path):
@@ -269,7 +319,7 @@ def test_every_report_output_has_a_caption_file():
     config = json.loads(json.dumps(CONFIG))
     config["variants"]["k4"] = {"policy": "constant", "factor": "1/4"}
     report = REPO / "workflow/report"
-    missing = [n for n in [f"tables_{t}" for t in table_names(config)] + [f"figures_{f}" for f in FIGURE_NAMES]
+    missing = [n for n in [f"tables_{t}" for t in table_names(config)] + [f"figures_{f}" for f in figure_names(config)]
                if not (report / f"{n}.rst").is_file()]
     assert not missing and (report / "workflow.rst").is_file(), missing
 

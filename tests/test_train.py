@@ -84,7 +84,8 @@ def test_shipped_recipes_resolve() -> None:
 def test_normal_run_logs_and_records_ok(tiny_bert: Path, tmp_path: Path) -> None:
     paths = _paths(tmp_path)
     manifest = run_training(tiny_bert, recipe=_recipe(), data_spec=TRIPLES, device="cpu", **paths)
-    assert manifest["status"] == "ok" and manifest["steps_done"] == 6
+    assert manifest["status"] == "ok" and manifest["steps_done"] == 6 and manifest["verdict"] is None
+    assert min(manifest["sparsity"]["mean_nnz_q"], manifest["sparsity"]["mean_nnz_d"]) > 10 * 16  # far from the floors
     assert json.loads(paths["manifest_path"].read_text())["status"] == "ok"
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
@@ -148,6 +149,23 @@ def test_run_that_goes_all_zero_after_warmup_is_collapsed(tmp_path: Path) -> Non
     onset = manifest["collapse_step"]  # all-zero from here to the end, after the 3 warm-up steps
     assert 3 < onset <= 8 and all(float(r["nnz_q"]) < 1 for r in rows[onset - 1:])
     assert (paths["final_dir"] / "model.safetensors").exists()
+
+
+def test_run_that_goes_near_empty_after_warmup_is_collapsed_with_its_reason(tmp_path: Path) -> None:
+    """A strong FLOPS weight leaves a handful of terms per document (not zero): the state the x16
+    stand-in reaches in the miniature, which the all-zero floor alone called ok."""
+    init = _save_tiny_bert(tmp_path / "init")
+    paths = _paths(tmp_path / "out")
+    manifest = run_training(init, recipe=_recipe(**FAST, steps=12, lr=0.1, lambda_q=0.1, lambda_d=0.1,
+                                                 collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
+    with open(paths["log_csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[0]["nnz_d"]) > 100  # a normal sparse start
+    sparsity = manifest["sparsity"]
+    assert 1.0 <= sparsity["mean_nnz_d"] < 16.0 and sparsity["mean_nnz_q"] >= 1.0  # near-empty, not all-zero
+    assert manifest["status"] == "collapsed" and manifest["reason"].startswith("near-empty representations")
+    assert manifest["verdict"] == f"near-empty: {sparsity['mean_nnz_d']:.1f} terms per document"
+    assert 3 < manifest["collapse_step"] <= 10 and manifest["steps_done"] == 12
 
 
 def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ from matplotlib.transforms import Bbox  # noqa: E402
 from splade_rescale.atomic import atomic_file  # noqa: E402
 from splade_rescale.seed_spread import SeedSpread, over_seeds, run_collapsed  # noqa: E402
 from splade_rescale.summary import runs_of, seeds_of  # noqa: E402
-from splade_rescale.tables import primary_mean, provenance  # noqa: E402
+from splade_rescale.tables import (SWEEP_POLICIES, SWEEP_TABLE, Results, primary_mean, provenance,  # noqa: E402
+                                   sweep_factor, table_names)
 
 FIGURE_NAMES = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")
 FORMATS = ("png", "pdf")
@@ -43,6 +44,11 @@ MARKER_HALF_PT = 3.5          # half the width of a scatter marker (default size
 LABEL_RADII_PT = (4, 9, 15, 22, 30, 40, 52)          # candidate distances of a label from its point ...
 LABEL_ANGLES = (45, -45, 135, -135, 0, 180, 90, -90, 22.5, -22.5, 157.5, -157.5, 67.5, -67.5, 112.5, -112.5)
 LEADER_FROM_PT = 15            # ... labels this far or farther from their point get a leader line
+
+
+def figure_names(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Figures this config produces: the factor sweep's only where its table is made."""
+    return FIGURE_NAMES + ((SWEEP_TABLE,) if SWEEP_TABLE in table_names(config) else ())
 
 
 def _load(paths: Iterable[str | Path]) -> dict[str, dict[str, Any]]:
@@ -284,8 +290,9 @@ def effectiveness_vs_flops_figure(config: Mapping[str, Any], summaries: Mapping[
     return fig
 
 
-CURVE_PANELS = (("loss", ("loss",), "training loss"), ("FLOPS", ("flops_q", "flops_d"), "FLOPS (q solid, d dashed)"),
-                ("non-zeros", ("nnz_q", "nnz_d"), "non-zeros (q solid, d dashed)"))
+CURVE_PANELS = (("loss", ("loss",), "training loss"),
+                ("FLOPS", ("flops_q", "flops_d"), "FLOPS (q solid, d dashed, log)"),
+                ("non-zeros", ("nnz_q", "nnz_d"), "non-zeros (q solid, d dashed, log)"))
 
 
 def training_curves_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
@@ -302,9 +309,10 @@ def training_curves_figure(config: Mapping[str, Any], summaries: Mapping[str, An
                 seeds = seeds_of(var)
                 for i, run in enumerate(runs_of(var)):
                     _plot_run(ax, run, keys, v, colors[v], seeds[i] if seeds else None, first=i == 0)
-            if keys[0] != "loss" and any(line.get_ydata().size and (line.get_ydata() > 0).any()
-                                         for line in ax.get_lines()):
-                ax.set_yscale("symlog", linthresh=1.0)
+            ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+            if keys[0] != "loss" and any(y > 0 for y in ys):
+                # log: a collapse to a few terms is a decade below a healthy run, not a flat line at 0
+                ax.set_yscale("log") if all(y > 0 for y in ys) else ax.set_yscale("symlog", linthresh=1.0)
             ax.set_xlabel("step", fontsize=8)
             ax.set_ylabel(ylabel, fontsize=8)
             ax.tick_params(labelsize=7)
@@ -336,8 +344,61 @@ def _plot_run(ax, run: Mapping[str, Any], keys: tuple[str, ...], variant: str, c
             ax.scatter(*pts[-1], **COLLAPSE_STYLE)
 
 
+def _factor_label(factor: float, _=None) -> str:
+    return "1" if factor == 1 else f"1/{1 / factor:.3g}" if factor < 1 else f"{factor:.3g}"
+
+
+def factor_sweep_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
+    """Effectiveness and non-zeros per document against the head factor, one line per backbone:
+    where each head fails, where it recovers, and that the right factor depends on its norm."""
+    results = Results(config, [], [])
+    results.summaries = dict(summaries)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    cmap = plt.get_cmap("tab10")
+    for i, backbone in enumerate(b for b in config["backbones"] if b in summaries):
+        color = cmap(i % 10)
+        constant, matched = [], []
+        for v, spec in config["variants"].items():
+            if spec["policy"] not in SWEEP_POLICIES or (factor := sweep_factor(results, (backbone, v))) is None:
+                continue
+            runs = runs_of(summaries[backbone]["variants"].get(v))
+            y = over_seeds(runs, lambda run: primary_mean(config, run.get("datasets", {})))
+            nnz = [((r.get("training") or {}).get("last_log") or {}).get("nnz_d") for r in runs]
+            nnz = [n for n in nnz if n is not None]
+            point = (factor, y.mean if isinstance(y, SeedSpread) else y, sum(nnz) / len(nnz) if nnz else None, v)
+            (constant if spec["policy"] == "constant" else matched).append(point)
+        constant.sort()
+        for ax, idx in ((left, 1), (right, 2)):
+            pts = [(f, val) for f, *vals, _ in constant if isinstance(val := vals[idx - 1], float)]
+            if pts:
+                ax.plot(*zip(*pts), "-o", color=color, label=backbone, ms=4)
+            for f, *vals, v in matched:
+                if isinstance(val := vals[idx - 1], float):
+                    ax.scatter([f], [val], marker="*", s=120, color=color, edgecolor="black", lw=0.5, zorder=4,
+                               label=f"{backbone}/{v} (match_reference)")
+        for f, y, _, _ in constant + matched:
+            if isinstance(y, str):  # collapsed: not encoded, drawn at 0 so it is never silently missing
+                left.scatter([f], [0.0], **COLLAPSE_STYLE)
+    left.set_ylabel("mean primary metric (nDCG@10 / MRR@10) over datasets", fontsize=8)
+    left.set_title("Effectiveness against head factor (x = collapsed)", fontsize=9)
+    right.set_ylabel("non-zeros per training document, end of training (log)", fontsize=8)
+    right.set_title("Sparsity against head factor", fontsize=9)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(_factor_label))
+        ax.set_xlabel("head factor (x1/16 = the paper's k = 16, log)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    if any(line.get_ydata().size for line in right.get_lines()) or right.collections:
+        right.set_yscale("log")
+    if left.get_lines() or left.collections:
+        left.legend(fontsize=7)
+    _layout(fig)
+    return fig
+
+
 BUILDERS = {"head_norms": head_norms_figure, "effectiveness_vs_norm": effectiveness_vs_norm_figure,
-            "training_curves": training_curves_figure, "effectiveness_vs_flops": effectiveness_vs_flops_figure}
+            "training_curves": training_curves_figure, "effectiveness_vs_flops": effectiveness_vs_flops_figure,
+            SWEEP_TABLE: factor_sweep_figure}
 
 
 def render_figure(name: str, config: Mapping[str, Any], summaries: Mapping[str, Any], footer: str):
@@ -349,12 +410,12 @@ def render_figure(name: str, config: Mapping[str, Any], summaries: Mapping[str, 
 
 
 def write_figures(config: Mapping[str, Any], summaries: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
-    """All :data:`FIGURE_NAMES` as PNG and PDF; each carries the provenance line at its foot."""
+    """All :func:`figure_names` as PNG and PDF; each carries the provenance line at its foot."""
     data = _load(summaries)
     footer = provenance(config)
     out = Path(out_dir)
     written = []
-    for name in FIGURE_NAMES:
+    for name in figure_names(config):
         fig = render_figure(name, config, data, footer)
         for ext in FORMATS:
             path = out / f"{name}.{ext}"

@@ -26,8 +26,12 @@ OPTIONAL_DEFAULTS: dict[str, Any] = {
     "keep_checkpoints": 2,
     # Sparsity verdict, made once at the end of training (see splade_rescale.train): collapsed when
     # the mean non-zeros per query or document over the last collapse_window steps after the FLOPS
-    # warm-up is below collapse_min_nnz (all-zero) or above collapse_dense_fraction x vocab (near-dense).
+    # warm-up is below collapse_min_nnz (all-zero), below collapse_near_empty_q / _d (near-empty: a
+    # handful of terms; SPLADE++ keeps ~20-40 per query and 100-200 per passage) or above
+    # collapse_dense_fraction x vocab (near-dense).
     "collapse_min_nnz": 1.0,
+    "collapse_near_empty_q": 4.0,
+    "collapse_near_empty_d": 16.0,
     "collapse_dense_fraction": 0.5,
     "collapse_window": 100,
     "source": None,                 # where the values come from (documentation only)

@@ -18,7 +18,7 @@ from splade_rescale.seeds import SEED_FOLDER
 # train_log.csv columns kept as curves (figures); the last row is kept whole.
 CURVE_COLUMNS = ("step", "loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight")
 # Manifest keys copied into the summary (the recipe is reduced to its name).
-MANIFEST_KEYS = ("status", "reason", "collapse_step", "steps_done", "steps_planned", "device", "world_size",
+MANIFEST_KEYS = ("status", "reason", "verdict", "collapse_step", "steps_done", "steps_planned", "device", "world_size",
                  "wall_s_this_run", "last_log")
 
 

@@ -53,7 +53,7 @@ def constant_variants(config: Mapping[str, Any]) -> dict[str, float]:
 
 
 def table_names(config: Mapping[str, Any]) -> list[str]:
-    """Tables this config produces: the factor sweep only with more than two constant factors,
+    """Tables this config produces: the factor sweep (and its figure) only with more than two constant factors,
     calibration only with reference models or published BM25 figures."""
     return (list(BASE_TABLES) + ([SWEEP_TABLE] if len(constant_variants(config)) > 2 else [])
             + ([CALIBRATION_TABLE] if calibration_sources(config) else []))
@@ -451,8 +451,9 @@ def training_table(results: Results) -> Table:
     caption = ("SPLADE training outcome per backbone and variant: status, steps done / planned, the last logged "
                "training-batch statistics (loss, mean non-zeros and FLOPS of queries and documents, largest "
                "term weight), and for a collapsed run the step and reason. Collapsed: a non-finite loss or "
-               "gradient (training stops at once), or all-zero or near-dense representations (judged only "
-               "after the FLOPS warm-up, from end-of-training statistics). A collapsed run's model is still "
+               "gradient (training stops at once), or all-zero, near-empty (a handful of terms per query or "
+               "document) or near-dense representations (judged only after the FLOPS warm-up, from "
+               "end-of-training statistics), named beside the status. A collapsed run's model is still "
                "written, but it is not encoded, indexed or retrieved (SKIPPED.json): the other tables show "
                "'collapsed' instead of numbers. BM25 is not trained.")
     if results.multi_seed:
@@ -466,7 +467,10 @@ def training_table(results: Results) -> Table:
         last = training.get("last_log") or {}
         steps = (f"{training['steps_done']}/{training['steps_planned']}"
                  if training.get("steps_done") is not None else None)
-        return [training.get("recipe"), training.get("status"), steps,
+        status = training.get("status")
+        if status == "collapsed" and training.get("verdict"):
+            status = f"collapsed ({training['verdict']})"
+        return [training.get("recipe"), status, steps,
                 *[last.get(key) for key, _ in TRAINING_LOG_COLUMNS],
                 training.get("collapse_step"), training.get("reason")]
 
@@ -533,20 +537,83 @@ def describe_variant(config: Mapping[str, Any], variant: str) -> str:
     return f"head scaled to {spec['reference']}'s {spec.get('norm', 'mean_row')} norm"
 
 
+SWEEP_POLICIES = ("constant", "match_reference")
+
+
+def sweep_factor(results: Results, system: tuple[str, str]) -> float | None:
+    """The head factor a system was trained with: the config's constant, or the one
+    ``match_reference`` resolved for this backbone (recorded with the variant's norms)."""
+    spec = results.config["variants"][system[1]]
+    if spec["policy"] == "constant":
+        return parse_factor(spec["factor"])
+    return (results.variant(system).get("norms") or {}).get("factor")
+
+
+def _mean_over(entry_of: Callable[[str], Any], datasets: Iterable[str], value_of: Callable[[Any], Any]) -> Any:
+    """Mean of ``value_of(entry)`` over ``datasets``: a status word if an entry has one, None if one is missing."""
+    values = []
+    for d in datasets:
+        entry = entry_of(d)
+        value = unscored(entry) or (value_of(entry) if entry is not None else None)
+        if isinstance(value, str) or value is None:
+            return value
+        values.append(value)
+    return sum(values) / len(values) if values else None
+
+
 def factor_sweep_table(results: Results) -> Table:
-    factors = sorted(constant_variants(results.config).items(), key=lambda kv: -kv[1])
-    table = Table("factor_sweep", "", label_columns()[:1] + [Column(f"x{f:g} ({v})", fmt_metric) for v, f in factors])
-    for backbone in results.config["backbones"]:
+    """One row per backbone and head factor (constant and ``match_reference`` variants), largest
+    factor first: the effect of the head's scale on effectiveness and sparsity at a glance."""
+    config = results.config
+    datasets = list(config["datasets"])
+    beir = [d for d in datasets if dataset_metric_set(config, d) == "beir"]
+    columns = label_columns() + [Column("factor", lambda v: f"x{v:.4g}"), Column("training")]
+    primaries = {PRIMARY[dataset_metric_set(config, d)] for d in datasets}
+    columns += [Column(f"mean {primaries.pop() if len(primaries) == 1 else 'primary'} ({len(datasets)})", fmt_metric)]
+    columns += [Column(f"mean R@100 (BEIR, {len(beir)})", fmt_metric)] if beir else []
+    columns += [Column("nnz/doc (corpora)", lambda v: f"{v:.1f}"), Column("nnz d (training)", lambda v: f"{v:.1f}"),
+                Column("nnz q (training)", lambda v: f"{v:.1f}")]
+    table = Table(SWEEP_TABLE, "", columns)
+    variants = [v for v, spec in config["variants"].items() if spec["policy"] in SWEEP_POLICIES]
+    for backbone in config["backbones"]:
         if backbone not in results.summaries:
             continue
-        table.rows.append([backbone] + [
-            results.value((backbone, v), lambda entry_of: primary_mean(
-                results.config, {d: entry_of(d) for d in results.config["datasets"]}))
-            for v, _ in factors])
-    table.caption = ("Head-factor sweep: mean of each dataset's primary metric (MRR@10 on MS MARCO dev, "
-                     f"nDCG@10 otherwise) over all {len(results.config['datasets'])} datasets of this config, "
-                     "per backbone and constant head factor (x1/16 = the paper's k = 16). A run collapsed on "
-                     "any dataset shows 'collapsed'. No significance test on this mean.")
+        systems = [(backbone, v) for v in variants]
+        order = sorted(range(len(systems)), key=lambda i: (-(sweep_factor(results, systems[i]) or 0.0), i))
+        for system in (systems[i] for i in order):
+            runs = results.runs(system)
+            collapsed = sum(run_collapsed(r) for r in runs)
+            if len(runs) > 1:
+                training = f"{collapsed}/{len(runs)} collapsed"
+            else:
+                t = runs[0].get("training") or {}
+                training = (f"collapsed ({t['verdict']})" if t.get("status") == COLLAPSED and t.get("verdict")
+                            else t.get("status"))
+
+            def last(key: str) -> Any:
+                values = [((r.get("training") or {}).get("last_log") or {}).get(key) for r in runs]
+                values = [v for v in values if v is not None]
+                return sum(values) / len(values) if values else None
+
+            row = [*system, sweep_factor(results, system), training,
+                   results.value(system, lambda entry_of: primary_mean(config, {d: entry_of(d) for d in datasets}))]
+            if beir:
+                row.append(results.value(system, lambda entry_of: _mean_over(
+                    entry_of, beir, lambda e: e["metrics"].get("R@100"))))
+            row.append(results.value(system, lambda entry_of: _mean_over(
+                entry_of, datasets, lambda e: (e.get("efficiency") or {}).get("mean_nnz_per_doc"))))
+            row += [last("nnz_d"), last("nnz_q")]
+            table.rows.append(row)
+    table.caption = (
+        "Head-factor sweep: per backbone, each constant or match_reference variant by the factor its MLM-head "
+        "projection was multiplied by (x0.0625 = the paper's k = 16; match_reference's factor as resolved for "
+        f"that backbone), largest first. Mean of each dataset's primary metric over the {len(datasets)} "
+        "datasets of this config (MRR@10 on MS MARCO dev, nDCG@10 otherwise)"
+        + (f", mean R@100 over the {len(beir)} BEIR datasets" if beir else "")
+        + ", mean non-zeros per document of the encoded corpora, and the last-logged non-zeros per training "
+        "document and query. A collapsed run is not encoded: its effectiveness cells show 'collapsed' and its "
+        "training cell says why; its training non-zeros remain. Over several seeds: means over the seeds that "
+        "did not collapse (training non-zeros: over all seeds). No significance test on these means.")
     return table
 
 

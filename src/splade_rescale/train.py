@@ -7,7 +7,7 @@ training (the paper's subject). A collapsed run must not crash the workflow: it 
 model (later stages read the manifest and skip it).
 
 The detector must not decide the paper's question by itself. Only a non-finite loss or
-gradient stops training at once. Sparsity (all-zero or near-dense vectors) is judged once,
+gradient stops training at once. Sparsity (all-zero, near-empty or near-dense vectors) is judged once,
 at the end, on the mean non-zeros of the last ``collapse_window`` steps after the FLOPS
 warm-up: a head that is dense at initialisation, which a positive rescaling factor does not
 change, gets the whole run to sparsify before it counts as collapsed.
@@ -256,28 +256,38 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
 
 
 def _sparsity_verdict(window: list[tuple[int, float, float]], onset: Mapping[str, int | None],
-                      recipe: Mapping[str, Any], vocab: int) -> tuple[dict[str, Any] | None, str | None, int | None]:
-    """(end-of-training statistics, collapse reason, collapse step) from ``window``.
+                      recipe: Mapping[str, Any], vocab: int) -> tuple[dict[str, Any] | None, str | None,
+                                                                      int | None, str | None]:
+    """(end-of-training statistics, collapse reason, collapse step, brief verdict) from ``window``.
 
     ``window``: (step, mean non-zeros q, d) of the last ``collapse_window`` steps after the
     FLOPS warm-up. Collapsed when the window's mean non-zeros of queries or documents is below
-    ``collapse_min_nnz`` (all-zero) or above ``collapse_dense_fraction`` x vocab (near-dense).
-    The collapse step is when the vectors last became all-zero (near-dense) and stayed so to
-    the end (``onset``), or the window's first step if the last step was not. No window (the
-    run ended within the warm-up): not judged.
+    ``collapse_min_nnz`` (all-zero), below ``collapse_near_empty_q`` / ``collapse_near_empty_d``
+    (near-empty: a handful of terms left, which no healthy SPLADE model has), or above
+    ``collapse_dense_fraction`` x vocab (near-dense). The collapse step is when the vectors last
+    became so and stayed so to the end (``onset``), or the window's first step if the last step
+    was not. The brief verdict (e.g. ``near-empty: 2.6 terms per document``) is what the training
+    table shows beside the status. No window (the run ended within the warm-up): not judged.
     """
     if not window:
-        return None, None, None
+        return None, None, None, None
     first, last = window[0][0], window[-1][0]
     q, d = statistics.fmean(w[1] for w in window), statistics.fmean(w[2] for w in window)
     stats = {"window_steps": [first, last], "mean_nnz_q": q, "mean_nnz_d": d}
     where = f"mean non-zeros over steps {first}-{last} (after the FLOPS warm-up): q={q:.2f}, d={d:.2f}"
     if min(q, d) < recipe["collapse_min_nnz"]:
-        return stats, f"all-zero representations: {where} < {recipe['collapse_min_nnz']}", onset["zero"] or first
+        return (stats, f"all-zero representations: {where} < {recipe['collapse_min_nnz']}", onset["zero"] or first,
+                f"all-zero: {min(q, d):.2g} terms per {'query' if q < d else 'document'}")
+    floor_q, floor_d = recipe["collapse_near_empty_q"], recipe["collapse_near_empty_d"]
+    if q < floor_q or d < floor_d:
+        side, value = ("document", d) if d < floor_d else ("query", q)
+        return (stats, f"near-empty representations: {where}; floors q={floor_q:g}, d={floor_d:g}",
+                onset.get("empty") or first, f"near-empty: {value:.1f} terms per {side}")
     if max(q, d) > recipe["collapse_dense_fraction"] * vocab:
+        side, value = ("query", q) if q > d else ("document", d)
         return stats, (f"near-dense representations: {where} > {recipe['collapse_dense_fraction']} x vocab "
-                       f"({vocab})"), onset["dense"] or first
-    return stats, None, None
+                       f"({vocab})"), onset["dense"] or first, f"near-dense: {value:.0f} of {vocab} terms per {side}"
+    return stats, None, None, None
 
 
 def _write_final(encoder: SpladeEncoder, final_dir: Path, max_length: int) -> None:
@@ -352,7 +362,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     step, elapsed_before = 0, 0.0
     # sparsity after the FLOPS warm-up (step, nnz q, nnz d), and since when it is all-zero / near-dense
     window: deque[tuple[int, float, float]] = deque(maxlen=recipe["collapse_window"])
-    onset: dict[str, int | None] = {"zero": None, "dense": None}
+    onset: dict[str, int | None] = {"zero": None, "empty": None, "dense": None}
     state = _resume(checkpoint_dir, recipe, encoder, optimizer, scheduler, rank, world)
     if state is not None:
         step, elapsed_before = state["step"], state["elapsed_s"]
@@ -369,7 +379,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     stream = training_stream(data_spec, recipe, start=step * recipe["batch_size"], root=root)
     batches = _batches(stream, micro_global, recipe["negatives_per_query"])
     vocab = encoder.vocab_size
-    status, reason, collapse_step = "ok", None, None
+    status, reason, collapse_step, brief = "ok", None, None, None
     last_row: dict[str, Any] = {}
     t_start = time.perf_counter()
     bar = tqdm(total=recipe["steps"], initial=step, disable=rank != 0, desc="train", mininterval=5)
@@ -396,6 +406,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
         if not (math.isfinite(values["loss"]) and math.isfinite(grad_norm)):
             status, reason, collapse_step = "collapsed", f"non-finite loss ({values['loss']}) or gradient " \
                                                          f"norm ({grad_norm})", step + 1
+            brief = "non-finite loss or gradient"
             optimizer.zero_grad(set_to_none=True)  # keep the last finite weights
         else:
             optimizer.step()
@@ -404,8 +415,11 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
         step += 1
         bar.update(1)
         low = min(values["nnz_q"], values["nnz_d"]) < recipe["collapse_min_nnz"]
+        empty = values["nnz_q"] < recipe["collapse_near_empty_q"] or values["nnz_d"] < recipe["collapse_near_empty_d"]
         high = max(values["nnz_q"], values["nnz_d"]) > recipe["collapse_dense_fraction"] * vocab
-        onset = {"zero": (onset["zero"] or step) if low else None, "dense": (onset["dense"] or step) if high else None}
+        onset = {"zero": (onset["zero"] or step) if low else None,
+                 "empty": (onset.get("empty") or step) if empty else None,
+                 "dense": (onset["dense"] or step) if high else None}
         if step > recipe["flops_warmup_steps"]:
             window.append((step, values["nnz_q"], values["nnz_d"]))
         dt = time.perf_counter() - t0
@@ -434,7 +448,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     bar.close()
     sparsity = None
     if status == "ok":
-        sparsity, reason, collapse_step = _sparsity_verdict(list(window), onset, recipe, vocab)
+        sparsity, reason, collapse_step, brief = _sparsity_verdict(list(window), onset, recipe, vocab)
         if reason is not None:
             status = "collapsed"
             log.warning("collapsed (from step %d): %s", collapse_step, reason)
@@ -442,7 +456,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
             log.warning("sparsity not judged: the run ended within the FLOPS warm-up (%d steps)",
                         recipe["flops_warmup_steps"])
 
-    manifest = {"status": status, "reason": reason, "collapse_step": collapse_step, "sparsity": sparsity,
+    manifest = {"status": status, "reason": reason, "verdict": brief, "collapse_step": collapse_step,
+                "sparsity": sparsity,
                 "steps_done": step, "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec,
                 "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
                 "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast

@@ -1,5 +1,5 @@
 # Per-backbone summaries, the paper's tables and figures, and what `snakemake --report` shows.
-from splade_rescale.figures import FIGURE_NAMES, FORMATS as FIGURE_FORMATS
+from splade_rescale.figures import FORMATS as FIGURE_FORMATS, figure_names
 from splade_rescale.tables import FORMATS as TABLE_FORMATS, table_names
 
 
@@ -8,7 +8,7 @@ report: "../report/workflow.rst"
 
 TABLE_NAMES = table_names(config)  # + factor_sweep when the config has > 2 constant factors
 TABLE_FILES = [f"results/tables/{t}.{ext}" for t in TABLE_NAMES for ext in TABLE_FORMATS]
-FIGURE_FILES = [f"results/figures/{f}.{ext}" for f in FIGURE_NAMES for ext in FIGURE_FORMATS]
+FIGURE_FILES = [f"results/figures/{f}.{ext}" for f in figure_names(config) for ext in FIGURE_FORMATS]
 TABLE_TARGETS = TABLE_FILES + FIGURE_FILES
 
 
