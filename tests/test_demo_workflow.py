@@ -102,7 +102,7 @@ def demo_config(demo: Path) -> dict:
 def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
     import json
 
-    from splade_rescale.figures import FIGURE_NAMES, FORMATS as FIGURE_FORMATS
+    from splade_rescale.figures import FORMATS as FIGURE_FORMATS, figure_names
     from splade_rescale.tables import FORMATS as TABLE_FORMATS, table_names
 
     res = demo / "results"
@@ -118,7 +118,7 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
                          for kind, ext in (("runs", "trec"), ("metrics", "json"))]
     expected += [res / f"{kind}/bm25/{d}.{ext}" for d in datasets for kind, ext in (("runs", "trec"), ("metrics", "json"))]
     expected += [res / f"tables/{t}.{ext}" for t in table_names(demo_config) for ext in TABLE_FORMATS]
-    expected += [res / f"figures/{f}.{ext}" for f in FIGURE_NAMES for ext in FIGURE_FORMATS]
+    expected += [res / f"figures/{f}.{ext}" for f in figure_names(demo_config) for ext in FIGURE_FORMATS]
     assert {"md", "csv", "tex"} <= set(TABLE_FORMATS) and {"png", "pdf"} <= set(FIGURE_FORMATS)
     missing = [str(p.relative_to(demo)) for p in expected if not p.is_file() or p.stat().st_size == 0]
     assert missing == []
@@ -126,11 +126,12 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
     for b in backbones:
         for v in variants:
             manifest = json.loads((res / f"models/{b}/{v}/manifest.json").read_text())
-            assert manifest["status"] in ("ok", "collapsed"), (b, v, manifest["status"])
+            # 24 steps do not show the paper's effect (the miniature does): every demo run is healthy,
+            # none near-empty or near-dense under the collapse floors
+            assert manifest["status"] == "ok", (b, v, manifest["reason"])
             for d in datasets:
                 metrics = json.loads((res / f"metrics/{b}/{v}/{d}.json").read_text())
-                if manifest["status"] == "ok":
-                    assert metrics["metrics"] and metrics["n_queries_in_qrels"] > 0, (b, v, d)
+                assert metrics["metrics"] and metrics["n_queries_in_qrels"] > 0, (b, v, d)
     for d in datasets:
         assert json.loads((res / f"metrics/bm25/{d}.json").read_text())["metrics"], d
     # no temporaries of interrupted writes left anywhere in results/

@@ -61,6 +61,30 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert "results/models/splade-pp-ed/reference/init" not in proc.stdout
 
 
+def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):
+    """config/miniature.yaml: 2 backbones x 5 variants (four constant factors and match_reference),
+    the full SciFact test set and the DL19/DL20 pool, the sweep table and figure."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "config/miniature.yaml").read_text())
+    assert "subset" not in config["datasets"]["scifact"]  # all 5,183 documents, all 300 queries
+    policies = [spec["policy"] for spec in config["variants"].values()]
+    assert policies.count("constant") == 4 and policies.count("match_reference") == 1
+    for name in ("Snakefile", "workflow", "config", "resources", "envs"):  # apart from a results/ in use here
+        (tmp_path / name).symlink_to(REPO / name)
+    proc = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", "config/miniature.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = job_counts(proc.stdout)
+    models, corpora, datasets = 2 * 5, 2, 3
+    assert counts["train"] == counts["rescale_head"] == models
+    assert counts["encode_corpus"] == counts["impact_index"] == models * corpora
+    assert counts["impact_retrieve"] == counts["evaluate"] == models * datasets
+    assert counts["mine_negatives"] == 1 and counts["tables"] == counts["figures"] == 1
+    for output in ("results/tables/factor_sweep.md", "results/figures/factor_sweep.png",
+                   "results/models/minilm-x16/matched/init", "results/metrics/minilm/k64/scifact.json"):
+        assert output in proc.stdout, output
+
+
 def test_corpus_names_follow_the_documents_not_the_query_sets():
     from splade_rescale.corpora import corpora
 

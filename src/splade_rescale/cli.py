@@ -66,7 +66,10 @@ def measure_norms_cmd(args: argparse.Namespace) -> None:
     labels = dict(item.split("=", 1) for item in args.label)
     rescale = args.model / "rescale.json"
     if rescale.is_file():
-        labels["factor"] = json.loads(rescale.read_text())["factor"]
+        record = json.loads(rescale.read_text())
+        labels["factor"] = record["factor"]
+        if "vocab_transfer" in record:  # vocabulary sizes and the probe before calibration
+            labels["vocab_transfer"] = record["vocab_transfer"]
     measure_model_dir(args.model, args.probe, args.out, labels)
 
 
@@ -88,12 +91,13 @@ def norms_table_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--spec", type=json_arg, required=True, help="the variant's config entry, as JSON"),
     p.add_argument("--backbone-norms", type=Path),
     p.add_argument("--reference-norms", type=Path),
+    p.add_argument("--probe", type=json_arg, help="the config's probe section, as JSON (vocab_transfer calibration)"),
     p.add_argument("--out", required=True, type=Path),
 ))
 def rescale_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.rescale import rescale_backbone
     rescale_backbone(args.backbone_dir, args.out, args.variant, args.spec, args.backbone_norms,
-                     args.reference_norms)
+                     args.reference_norms, args.probe)
 
 
 # --- training -----------------------------------------------------------------------------

@@ -93,6 +93,8 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
     for name, variant in variants.items():
         if variant["policy"] == "constant":
             parse_factor(variant["factor"], key=f"variants.{name}.factor")
+        elif variant["policy"] == "vocab_transfer":
+            check_vocab_transfer(name, variant)
         elif variant["reference"] not in backbones:
             raise ConfigError(f"variants.{name}.reference = {variant['reference']!r} is not a backbone; "
                               f"expected one of: {', '.join(backbones)}")
@@ -135,6 +137,27 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
             limit = spec.get("max_length")
             if length is not None and limit is not None and length > limit:
                 raise ConfigError(f"{key} = {length} exceeds backbones.{name}.max_length = {limit}")
+
+
+def check_vocab_transfer(name: str, variant: dict[str, Any]) -> None:
+    """A ``vocab_transfer`` variant's tokenizer exists and its ``target_nnz`` fits its vocabulary.
+
+    A Hub tokenizer not yet in the local cache is checked when the variant's init job downloads it.
+    """
+    from splade_rescale.tokenizer_source import tokenizer_folder
+
+    if "factor" in variant:
+        parse_factor(variant["factor"], key=f"variants.{name}.factor")
+    folder = tokenizer_folder(variant["tokenizer"], f"variants.{name}.tokenizer", offline=True)
+    target = (variant.get("calibrate") or {}).get("target_nnz")
+    if folder is None or not isinstance(target, (int, float)):
+        return
+    from transformers import AutoTokenizer
+
+    size = len(AutoTokenizer.from_pretrained(str(folder)))
+    if target > size:
+        raise ConfigError(f"variants.{name}.calibrate.target_nnz = {target} exceeds the vocabulary of "
+                          f"variants.{name}.tokenizer ({size} tokens); fix: a number of active terms <= {size}")
 
 
 def load_config(*paths: str | Path) -> dict[str, Any]:

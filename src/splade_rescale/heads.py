@@ -111,18 +111,21 @@ def scale_head(model: PreTrainedModel, factor: float) -> None:
     if factor == 1.0:
         return
     untie_decoder(model)
+    with torch.no_grad():
+        for p in [mlm_head(model).decoder.weight, *decoder_biases(model)]:
+            p.mul_(factor)
+
+
+def decoder_biases(model: PreTrainedModel) -> list[nn.Parameter]:
+    """The distinct tensors holding the decoder bias (none, one, or BERT's two when untied)."""
     head = mlm_head(model)
-    params = [head.decoder.weight]
-    if head.decoder.bias is not None:
-        params.append(head.decoder.bias)
+    params = [head.decoder.bias] if head.decoder.bias is not None else []
     if head.architecture == "BertForMaskedLM":
         params.append(model.cls.predictions.bias)
-    seen: set[int] = set()
-    with torch.no_grad():
-        for p in params:
-            if p.data_ptr() not in seen:
-                seen.add(p.data_ptr())
-                p.mul_(factor)
+    distinct: dict[int, nn.Parameter] = {}
+    for p in params:
+        distinct.setdefault(p.data_ptr(), p)
+    return list(distinct.values())
 
 
 def init_identity_transform(model: PreTrainedModel, decoder_bias: float) -> None:

@@ -129,7 +129,10 @@ TABLE_COLUMNS = [
     ("queries.max_logit", "q max logit"), ("queries.mean_nonzeros", "q nnz"),
     ("queries.mean_max_weight", "q max w"), ("passages.mean_nonzeros", "p nnz"),
     ("passages.mean_max_weight", "p max w"),
+    # vocab_transfer variants: the probe passages' active terms before the decoder bias was calibrated
+    ("vocab_transfer.calibration.passages_nnz_before", "p nnz before calibration"),
 ]
+OPTIONAL_COLUMNS = {"p nnz before calibration"}  # shown only when a row has a value
 
 
 def _lookup(stats: dict[str, Any], dotted: str) -> Any:
@@ -162,7 +165,9 @@ def write_norms_table(paths: Iterable[str | Path], md_path: str | Path, csv_path
                       caption: str = "") -> list[dict[str, Any]]:
     """One row per measured model (backbones, then their variants' initial models)."""
     rows = norms_rows(paths)
-    labels = [label for _, label in TABLE_COLUMNS]
+    labels = [label for _, label in TABLE_COLUMNS
+              if label not in OPTIONAL_COLUMNS or any(row[label] is not None for row in rows)]
+    rows = [{label: row[label] for label in labels} for row in rows]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=labels)
     writer.writeheader()

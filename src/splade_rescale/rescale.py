@@ -41,25 +41,61 @@ def resolve_factor(variant: dict[str, Any], backbone_norms: dict[str, Any] | Non
 
 def rescale_backbone(backbone_dir: str | Path, out_dir: str | Path, variant_name: str, variant: dict[str, Any],
                      backbone_norms_path: str | Path | None = None,
-                     reference_norms_path: str | Path | None = None) -> dict[str, Any]:
-    """Write ``out_dir`` (model, tokenizer, ``rescale.json``): the backbone with its head scaled."""
+                     reference_norms_path: str | Path | None = None,
+                     probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``out_dir`` (model, tokenizer, ``rescale.json``): the backbone with its head scaled,
+    or, for ``vocab_transfer``, moved to the variant's tokenizer first (which ``out_dir`` then holds)."""
     def read(path: str | Path | None) -> dict[str, Any] | None:
         if path is None:
             return None
         with open(path) as f:
             return json.load(f)
 
-    factor = resolve_factor(variant, read(backbone_norms_path), read(reference_norms_path))
     model, _ = load_masked_lm(backbone_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(backbone_dir))
+    transfer = None
+    if variant["policy"] == "vocab_transfer":
+        model, tokenizer, transfer = _transfer(model, tokenizer, variant_name, variant,
+                                               read(reference_norms_path), probe)
+        factor = parse_factor(variant.get("factor", 1))
+    else:
+        factor = resolve_factor(variant, read(backbone_norms_path), read(reference_norms_path))
     scale_head(model, factor)
     record = {"variant": variant_name, "policy": variant["policy"], "factor": factor,
               "factor_as_configured": variant.get("factor"), "reference": variant.get("reference"),
               "dtype": weights_dtype(model),
               "convention": "head projection (decoder weight and bias) multiplied by factor; k = 1/factor"}
+    if transfer is not None:
+        record["vocab_transfer"] = transfer
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_json(Path(tmp) / "rescale.json", record)
     log.info("variant %s: head multiplied by %.6g", variant_name, factor)
     return record
+
+
+def _transfer(model, tokenizer, name: str, variant: dict[str, Any], reference_norms: dict[str, Any] | None,
+              probe: dict[str, Any] | None):
+    """The backbone over the variant's vocabulary, calibrated if asked: (model, tokenizer, record)."""
+    from splade_rescale.norms import read_probe_texts
+    from splade_rescale.tokenizer_source import load_tokenizer
+    from splade_rescale.vocab_transfer import calibrate, resolve_target_nnz, transfer_vocabulary
+
+    target = load_tokenizer(variant["tokenizer"], f"variants.{name}.tokenizer")
+    target_nnz = resolve_target_nnz(variant, reference_norms)
+    model, record = transfer_vocabulary(model, tokenizer, target, needs_bias=target_nnz is not None)
+    record["tokenizer"] = dict(variant["tokenizer"])
+    record["calibration"] = None
+    if target_nnz is not None:
+        if probe is None:
+            raise ValueError(f"variants.{name}.calibrate needs the probe passages (--probe)")
+        if target_nnz > len(target):
+            raise ValueError(f"variants.{name}.calibrate.target_nnz = {target_nnz:g} exceeds the vocabulary "
+                             f"({len(target)} tokens); fix: a number of active terms <= {len(target)}")
+        passages = read_probe_texts(probe["passages"])
+        record["calibration"] = {
+            **calibrate(model, target, passages, probe.get("passage_max_length", 128), target_nnz),
+            "target_from": ("the reference backbone's probe passages"
+                            if variant["calibrate"]["target_nnz"] == "reference" else "the config")}
+    return model, target, record

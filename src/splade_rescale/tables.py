@@ -534,6 +534,12 @@ def describe_variant(config: Mapping[str, Any], variant: str) -> str:
     spec = config["variants"][variant]
     if spec["policy"] == "constant":
         return f"head x {spec['factor']}"
+    if spec["policy"] == "vocab_transfer":
+        source = spec["tokenizer"]
+        name = source.get("repo_id") or source.get("package") or Path(source.get("path", "?")).name
+        target = (spec.get("calibrate") or {}).get("target_nnz")
+        return (f"vocabulary moved to {name}" + (f", bias calibrated to {target} active terms" if target else "")
+                + (f", head x {spec['factor']}" if "factor" in spec else ""))
     return f"head scaled to {spec['reference']}'s {spec.get('norm', 'mean_row')} norm"
 
 

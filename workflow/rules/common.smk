@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 import yaml
@@ -228,8 +229,24 @@ def all_targets():
 
 
 def rescale_norm_inputs(w):
-    """match_reference needs both head norms; a constant factor needs none."""
+    """match_reference needs both head norms; a vocab_transfer calibrated to the reference, the
+    reference backbone's (its probe passages' active terms) and the probe; a constant factor none."""
+    spec = config["variants"][w.variant]
+    if spec["policy"] == "vocab_transfer":
+        inputs = {"probe": [config["probe"]["queries"], config["probe"]["passages"]]} if "calibrate" in spec else {}
+        if (spec.get("calibrate") or {}).get("target_nnz") == "reference":
+            inputs["ref"] = f"results/norms/{config['reference_backbone']}.json"
+        return inputs
     if not variant_needs_norms(w.variant):
         return {}
-    reference = config["variants"][w.variant]["reference"]
+    reference = spec["reference"]
     return {"own": f"results/norms/{w.backbone}.json", "ref": f"results/norms/{reference}.json"}
+
+
+def rescale_options(w, input):
+    """The rescale command's norms and probe options for a variant."""
+    options = f"--backbone-norms {input.own} " if "own" in input.keys() else ""
+    options += f"--reference-norms {input.ref} " if "ref" in input.keys() else ""
+    if "probe" in input.keys():
+        options += f"--probe {shlex.quote(json.dumps(config['probe']))}"
+    return options

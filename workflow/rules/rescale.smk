@@ -8,9 +8,7 @@ rule rescale_head:
         directory("results/models/{backbone}/{variant}/init"),
     params:
         spec=lambda w: as_json(config["variants"][w.variant]),
-        norms=lambda w, input: (
-            f"--backbone-norms {input.own} --reference-norms {input.ref}" if "own" in input.keys() else ""
-        ),
+        options=rescale_options,
     log:
         "results/logs/rescale/{backbone}.{variant}.log",
     benchmark:
@@ -19,4 +17,4 @@ rule rescale_head:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale rescale --backbone-dir {input.model} --variant {wildcards.variant} "
-        "--spec {params.spec:q} {params.norms} --out {output} > {log} 2>&1"
+        "--spec {params.spec:q} {params.options} --out {output} > {log} 2>&1"
