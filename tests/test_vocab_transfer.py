@@ -152,6 +152,22 @@ def test_the_input_path_is_unchanged_for_text_that_tokenises_identically(source,
     assert torch.allclose(new_logits[0, :, target_ids[0]], old_logits[0, :, source_ids[0]], atol=1e-4)
 
 
+def test_a_bert_moved_to_its_own_vocabulary_is_unchanged(source) -> None:
+    """WordPiece to the same WordPiece maps every token to itself: BERT's head, with its two bias
+    tensors, gives the same logits."""
+    from conftest import tiny_bert
+
+    _, _, wordpiece = source
+    model = tiny_bert()
+    assert source_pieces(wordpiece, wordpiece) == [[i] for i in range(len(wordpiece))]
+    new, record = transfer_vocabulary(model, wordpiece, wordpiece)
+    batch = wordpiece(["the cell of a protein", "[unused0] ##s"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = mlm_head(model).logits(batch["input_ids"], batch["attention_mask"])
+        after = mlm_head(new).logits(batch["input_ids"], batch["attention_mask"])
+    assert torch.allclose(before, after, atol=1e-5) and record["unmatched_tokens"] == 0
+
+
 def test_encoding_gives_a_vector_over_wordpiece_ids(transferred, source) -> None:
     from splade_rescale.splade import SpladeEncoder
 

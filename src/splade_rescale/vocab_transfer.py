@@ -8,7 +8,8 @@ This is our reading of that fix, so that both explanations run in one DAG on the
   token's input-embedding row, decoder row and decoder bias are the mean of the source model's
   rows for the source tokenizer's pieces of the token's surface string. A word-initial token is
   tokenised as it follows a space in running text (byte-level BPE's ``Ġ`` form); a WordPiece
-  ``##`` continuation as a word-internal piece (the source's own ``##`` piece where it has it).
+  ``##`` continuation as a word-internal piece (the source's own ``##`` piece where it has it). A
+  source that does not mark word starts (WordPiece) maps a token it has to itself first.
   Special tokens map by role ([CLS] to the source's CLS or BOS, [SEP] to SEP or EOS, [PAD],
   [MASK], [UNK]). A token without pieces (its characters all unknown to the source: only
   ``<unk>`` or a bare word-start space) gets the mean of the source tokenizer's rows; their
@@ -64,6 +65,7 @@ def source_pieces(source: PreTrainedTokenizerBase, target: PreTrainedTokenizerBa
     """Per target id, the source ids its rows are the mean of (empty: no pieces)."""
     special = special_token_map(source, target)
     source_vocab = source.get_vocab()
+    marks_word_starts = source.tokenize(" b") != ["b"]  # byte-level BPE's Ġb, SentencePiece's ▁b
     tokens = target.convert_ids_to_tokens(list(range(len(target))))
     texts, where = [], []
     pieces: list[list[int]] = [[] for _ in tokens]
@@ -78,6 +80,8 @@ def source_pieces(source: PreTrainedTokenizerBase, target: PreTrainedTokenizerBa
             else:
                 texts.append(token[len(CONTINUATION):])
                 where.append(i)
+        elif not marks_word_starts and token in source_vocab:  # e.g. WordPiece to WordPiece
+            pieces[i] = [source_vocab[token]]
         else:
             texts.append(" " + token)  # as it follows a space in running text
             where.append(i)
