@@ -1,10 +1,10 @@
-"""README "Adding a dataset", followed literally: its config blocks and its BM25 command; and
-config/README.md, the configuration docs, kept in step with config/ and the README's sections.
+"""docs/datasets.md "Adding a dataset", followed literally: its config blocks and its BM25 command;
+and config/README.md, the configuration docs, kept in step with config/ and the pages it links to.
 
-The YAML and bash blocks are parsed out of README.md, so this test breaks when the README drifts
-from what the workflow accepts. The two local examples get a tiny collection each (TEST FIXTURES,
-built here at the paths the README names) and run their BM25 chain in a temporary copy of the
-workflow; the ir_datasets example is checked by config validation only (no network).
+The YAML and bash blocks are parsed out of docs/datasets.md, so this test breaks when the page
+drifts from what the workflow accepts. The two local examples get a tiny collection each (TEST
+FIXTURES, built here at the paths the page names) and run their BM25 chain in a temporary copy of
+the workflow; the ir_datasets example is checked by config validation only (no network).
 """
 
 from __future__ import annotations
@@ -23,19 +23,24 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.config import validate_config
+from test_docs import headings_of
 
-SECTION = "### Adding a dataset"
+PAGE = REPO / "docs/datasets.md"
+SECTION = "## Adding a dataset"
 
 
 def readme_section() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert SECTION in text, f"README.md has no {SECTION!r} section"
-    body = text[text.index(SECTION) + len(SECTION):]
-    return body[:body.index("\n### ")] if "\n### " in body else body
+    """The SECTION of docs/datasets.md, its subsections included, up to the next heading of its level."""
+    text = PAGE.read_text(encoding="utf-8")
+    assert f"\n{SECTION}\n" in text, f"{PAGE.name} has no {SECTION!r} section"
+    body = text[text.index(f"\n{SECTION}\n") + len(SECTION) + 2:]
+    level = SECTION.index(" ")
+    end = re.search(rf"^#{{1,{level}}} ", body, re.M)
+    return body[:end.start()] if end else body
 
 
 def dataset_blocks() -> dict[str, dict]:
-    """{source: the datasets mapping of the README block for it}."""
+    """{source: the datasets mapping of the page's block for it}."""
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme_section(), re.S)]
     out = {}
     for block in blocks:
@@ -46,7 +51,7 @@ def dataset_blocks() -> dict[str, dict]:
 
 
 def readme_commands() -> tuple[list[str], list[str]]:
-    """The README's `cp <template> <config>` and `snakemake …` command lines, split."""
+    """The page's `cp <template> <config>` and `snakemake …` command lines, split."""
     (bash,) = re.findall(r"```bash\n(.*?)```", readme_section(), re.S)
     lines = [shlex.split(line, comments=True) for line in bash.splitlines() if line.strip()]
     (cp,) = [args for args in lines if args[0] == "cp"]
@@ -118,7 +123,7 @@ def test_readme_dataset_examples_run_their_bm25_chain(tmp_path: Path):
 
     bin_dir = Path(sys.executable).parent  # splade-rescale, which every rule calls, lives beside python
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    command = [*snake[:2], targets[1], *snake[2:]]  # the README's command, for both datasets
+    command = [*snake[:2], targets[1], *snake[2:]]  # the page's command, for both datasets
     proc = subprocess.run([sys.executable, "-m", *command], cwd=root, env=env, capture_output=True,
                           text=True, timeout=900)
     logs = "\n".join(p.read_text() for p in (root / "results/logs").rglob("*.log")) if proc.returncode else ""
@@ -148,14 +153,15 @@ def test_readme_ir_datasets_example_is_a_valid_config():
 
 
 def test_config_readme_names_every_config_file_and_its_links_resolve():
+    """Every config file is named in config/README.md, and its links resolve: the target exists
+    (relative to config/) and an anchor names a heading of the .md file it points to."""
     text = (REPO / "config/README.md").read_text(encoding="utf-8")
     for path in sorted((REPO / "config").glob("*.yaml")):
         assert f"`{path.name}`" in text, f"config/README.md does not say what {path.name} is for"
-    headings = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
-                for h in re.findall(r"^#+ (.*)$", (REPO / "README.md").read_text(encoding="utf-8"), re.M)}
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert links
     for link in links:
         target, _, anchor = link.partition("#")
-        assert (REPO / "config" / target).resolve().is_file(), link
-        assert not anchor or anchor in headings, link
+        path = (REPO / "config" / target).resolve() if target else REPO / "config/README.md"
+        assert path.exists(), link
+        assert not anchor or anchor in headings_of(path), link

@@ -10,7 +10,7 @@ under ``srun`` with every SLURM_* variable but the job's identity removed, SLURM
 included, so srun finds the cluster only there, as on a real site.
 
 The cluster: one node with this host's CPUs, cons_tres, proctrack/linuxproc, task/none, no
-accounting (no slurmdbd, like the site in issue #12), partitions ``cpu`` (default) and
+accounting (no slurmdbd, as on sites that run without one), partitions ``cpu`` (default) and
 ``gpu`` on the same node without GPUs. MinJobAge 3600 s keeps finished jobs visible to
 ``squeue``/``scontrol`` for the whole test.
 
