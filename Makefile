@@ -63,8 +63,8 @@ plan: $(STAMP)
 # (results/rehearsal-data), runs the workflow while sampling results/ for the peak disk
 # (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), fits CPU
 # throughputs to the run (results/rehearsal/throughputs-cpu.json) and prints the measured table with the
-# plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). The default data fit
-# 30 minutes on 2 cores; the issue's 200k-passage shape does not (predicted 1 h 11 min on 2 cores):
+# plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). The default data are
+# sized for half an hour on 2 cores; the paper's shape at 200,000 passages takes longer (docs/measurements.md):
 # make rehearsal PASSAGES=200000 DEV_QUERIES=1000 BEIR_DOCS=20000 LONG_QUERIES=1406
 PASSAGES ?= 5000
 DEV_QUERIES ?= 200

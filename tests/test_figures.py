@@ -51,7 +51,7 @@ def summaries_of(datasets: dict, models: dict) -> dict:
 
 
 def demo_case() -> tuple[dict, dict]:
-    """Head norms and metric means as in the demo's README tables (x16 stand-in rescaled = minilm)."""
+    """Head norms and metric means as in the demo's printed tables (docs/demo.md) (x16 stand-in rescaled = minilm)."""
     config = {"experiment": "fixture-demo", "backbones": {"minilm": {}, "minilm-x16": {}}, "variants": VARIANTS,
               "reference_backbone": "minilm", "datasets": DEMO_DATASETS}
     models = {("minilm", "baseline"): (1.066, 0.832, 17.0), ("minilm", "rescaled"): (0.0666, 0.795, 40.0),

@@ -36,7 +36,7 @@ from splade_rescale.recipes import resolve_recipe
 from splade_rescale.rehearsal_data import disk_bytes
 from splade_rescale.schedule import Job, list_schedule
 
-TOLERANCE = 0.35  # the acceptance: predicted within +-35% of measured
+TOLERANCE = 0.35  # the rehearsal's acceptance: predicted within +-35% of measured
 
 # Where each rule writes (relative to the run folder), to attribute the final disk to jobs.
 OUTPUTS = {

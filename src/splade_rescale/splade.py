@@ -40,8 +40,8 @@ def uses_bf16(device: torch.device, precision: Precision, amx: bool | None = Non
     """``bf16`` always; ``fp32`` never; ``auto`` on CUDA and on CPUs with AMX (``amx``: detected if None).
 
     CPUs without AMX (or avx512_bf16) run bf16 matmuls ~100x slower than fp32, so ``auto`` keeps
-    fp32 there. On this project's AMX CPU, each job alone: a demo training job 33 s bf16 against
-    45 s fp32, a demo corpus encode 6.2 s against 8.8 s (2026-11-30).
+    fp32 there; on an AMX CPU bf16 autocast is the faster of the two (docs/measurements.md,
+    "bf16 autocast against fp32 on the AMX CPU").
     """
     if precision != "auto":
         return precision == "bf16"

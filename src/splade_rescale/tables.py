@@ -724,8 +724,8 @@ def calibration_table(results: Results, references: Iterable[str | Path]) -> Tab
                Column("published", fmt_score), Column("difference", fmt_difference), Column("source")]
     caption = (f"Calibration: published checkpoints (reference_models) and BM25 through this pipeline's encode, "
                f"impact index, retrieval and evaluation, next to their published figures. On a full collection a "
-               f"difference beyond {CALIBRATION_TOLERANCE} means our chain differs from the published one (README, "
-               "'Calibration rows'); on a subset or pool the difference says nothing. "
+               f"difference beyond {CALIBRATION_TOLERANCE} means our chain differs from the published one "
+               "(docs/calibration.md); on a subset or pool the difference says nothing. "
                + notes_sentence(results.notes(results.config["datasets"])))
     table = Table(CALIBRATION_TABLE, caption, columns)
     for system, published in calibration_sources(results.config).items():
