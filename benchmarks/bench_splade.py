@@ -7,7 +7,7 @@ identical random-init weights (one model folder, saved once, loaded fresh by eve
   forward (Transformer fill-mask + SpladePooling), on the same pre-tokenised B x L batch. Only
   the model forward and the pooling are timed; ``SparseEncoder.encode``'s own extras (sorting,
   tokenising, sparse conversion, copies to CPU) are left out, which can only favour it.
-* train: the project's own micro-step (``splade_rescale.train._micro_step``: InfoNCE over
+* train: the project's own micro-step (``splade_rescale.training.train._micro_step``: InfoNCE over
   in-batch + hard negatives, FLOPS on queries and documents) + backward + clipping + AdamW, vs
   ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` called directly on the same features with
   the same regulariser weights, clipping and AdamW. The naive-head run of our step is the
@@ -43,8 +43,8 @@ from torch import nn
 from transformers import (AutoModelForMaskedLM, BertConfig, ModernBertConfig, PretrainedConfig,
                           PreTrainedTokenizerFast)
 
-from splade_rescale.heads import mlm_head
-from splade_rescale.splade import Precision, SpladeEncoder, autocast_for
+from splade_rescale.model.heads import mlm_head
+from splade_rescale.model.splade import Precision, SpladeEncoder, autocast_for
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 PAD_ID, CLS_ID, SEP_ID = 0, 2, 3
@@ -57,11 +57,11 @@ TARGETS = {"encode_speedup": 2.5, "encode_frac_peak": 0.45, "train_speedup": 1.5
 
 
 def _import_train_step() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``_micro_step`` and ``_optimizer`` from ``splade_rescale.train`` (the real train step)."""
+    """``_micro_step`` and ``_optimizer`` from ``splade_rescale.training.train`` (the real train step)."""
     try:
-        train = importlib.import_module("splade_rescale.train")
+        train = importlib.import_module("splade_rescale.training.train")
     except ModuleNotFoundError as e:
-        sys.exit(f"bench_splade: cannot import splade_rescale.train ({e}); run from the repository root "
+        sys.exit(f"bench_splade: cannot import splade_rescale.training.train ({e}); run from the repository root "
                  "with PYTHONPATH=src and torch, transformers, tqdm and pyyaml installed")
     return train._micro_step, train._optimizer
 

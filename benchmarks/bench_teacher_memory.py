@@ -1,6 +1,6 @@
 """Peak memory and load time of the distillation teacher scores (``qid<TAB>docid<TAB>score``).
 
-The claim under test: ``splade_rescale.training_data.load_teacher_scores`` holds a full MS MARCO
+The claim under test: ``splade_rescale.training.data.load_teacher_scores`` holds a full MS MARCO
 teacher file in ~20 bytes per pair (sorted fixed-width key bytes + float32 scores, looked up
 by bisection), where the previous loader (a dict keyed by (qid, docid) tuples, reproduced
 below as ``dict``) needed ~250 bytes per pair in every training process.
@@ -48,7 +48,7 @@ def dict_loader(path):  # the loader before the arrays (splade_rescale at 326db5
     return scores
 
 import numpy as np
-from splade_rescale.training_data import load_teacher_scores
+from splade_rescale.training.data import load_teacher_scores
 
 kind, path = sys.argv[1], sys.argv[2]
 before = status("VmRSS")

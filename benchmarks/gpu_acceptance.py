@@ -5,7 +5,7 @@ no jsonschema, no network), in about three minutes (eight at most):
 
 1. ``cuda_tests``: pytest on the CUDA-only tests (those marked
    ``skipif(not torch.cuda.is_available(), reason=...CUDA...)``; skipped everywhere else);
-2. ``train_*``: ``splade_rescale.train.run_training`` for a few steps on a small random-init
+2. ``train_*``: ``splade_rescale.training.train.run_training`` for a few steps on a small random-init
    ModernBERT under CUDA bf16 autocast, against the same steps in fp32 on the CPU: per-step losses
    within ``TRAIN_LOSS_RTOL``, parameters saved as fp32, weights moved;
 3. ``encode_*``: CUDA bf16 fused-head vectors against CPU fp32 naive-head vectors of the same
@@ -57,11 +57,11 @@ import transformers  # noqa: E402
 from transformers import ModernBertConfig, ModernBertForMaskedLM, PreTrainedTokenizerFast  # noqa: E402
 
 import bench_splade  # noqa: E402  (benchmarks/ is on sys.path when this file runs as a script)
-from splade_rescale.datasets import iter_triples_tsv  # noqa: E402
-from splade_rescale.heads import init_identity_transform  # noqa: E402
-from splade_rescale.recipes import resolve_recipe  # noqa: E402
-from splade_rescale.splade import SpladeEncoder  # noqa: E402
-from splade_rescale.train import run_training  # noqa: E402
+from splade_rescale.data.datasets import iter_triples_tsv  # noqa: E402
+from splade_rescale.model.heads import init_identity_transform  # noqa: E402
+from splade_rescale.training.recipes import resolve_recipe  # noqa: E402
+from splade_rescale.model.splade import SpladeEncoder  # noqa: E402
+from splade_rescale.training.train import run_training  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TRIPLES = REPO / "resources" / "demo" / "msmarco-triples-sample" / "triples.tsv"
@@ -396,7 +396,7 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
     """
     import bench_encode
 
-    from splade_rescale import encode
+    from splade_rescale.retrieval import encode
 
     config = bench_splade.backbone_config("modernbert-base", bool(sizes.bench_args), None)
     tokenizer = wordpiece_tokenizer([t for row in triples() for t in row], 512)

@@ -15,11 +15,11 @@ from safetensors import safe_open
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from conftest import REPO, tiny_bert, tiny_modernbert
-from splade_rescale.backbones import BackboneUnavailableError, fetch_backbone, weight_patterns
-from splade_rescale.heads import mlm_head
-from splade_rescale.norms import measure_model_dir, write_norms_table
-from splade_rescale.rescale import rescale_backbone, resolve_factor
-from splade_rescale.splade import SpladeEncoder
+from splade_rescale.backbones.sources import BackboneUnavailableError, fetch_backbone, weight_patterns
+from splade_rescale.model.heads import mlm_head
+from splade_rescale.model.norms import measure_model_dir, write_norms_table
+from splade_rescale.model.rescale import rescale_backbone, resolve_factor
+from splade_rescale.model.splade import SpladeEncoder
 
 PROBE = {"queries": str(REPO / "resources/probe/queries.tsv"),
          "passages": str(REPO / "resources/probe/passages.tsv"),
@@ -175,7 +175,7 @@ def test_pinned_revision_with_only_bin_weights_is_fetched_offline(tmp_path, mini
 import json, sys
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import IncompleteSnapshotError
-from splade_rescale.backbones import fetch_backbone
+from splade_rescale.backbones.sources import fetch_backbone
 out = {{r: fetch_backbone(r, {{"source": "hf", "repo_id": "org/" + r, "revision": "main"}}, sys.argv[1] + "/" + r)
        for r in ("old", "sharded", "both")}}
 try:

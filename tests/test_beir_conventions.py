@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
-from splade_rescale import lucene
-from splade_rescale.datasets import load_dataset
-from splade_rescale.evaluate import run_evaluate
+from splade_rescale.retrieval import lucene
+from splade_rescale.data.datasets import load_dataset
+from splade_rescale.evaluation.evaluate import run_evaluate
 
 QUERY = "solar wind magnetic storms"
 DOCS = {"3": QUERY + " " + QUERY, "b2": "the solar wind reaches the earth", "b10": "the solar wind reaches the earth",

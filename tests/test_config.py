@@ -9,7 +9,7 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.config import ConfigError, load_config, parse_factor, validate_config
-from splade_rescale.recipes import resolve_recipe
+from splade_rescale.training.recipes import resolve_recipe
 
 
 def _config(name: str) -> dict:

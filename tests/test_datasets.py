@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from splade_rescale.datasets import (DatasetError, default_exclude_self, doc_text, iter_triples_tsv, load_corpus,
+from splade_rescale.data.datasets import (DatasetError, default_exclude_self, doc_text, iter_triples_tsv, load_corpus,
                                      load_dataset)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,7 +166,7 @@ def _load_in_subprocess(home: Path, ds_id: str) -> dict:
     """ir_datasets reads IR_DATASETS_HOME when imported: load in a fresh interpreter."""
     code = (
         "import json, sys\n"
-        "from splade_rescale.datasets import load_dataset\n"
+        "from splade_rescale.data.datasets import load_dataset\n"
         f"ds = load_dataset('x', {{'source': 'ir_datasets', 'id': {ds_id!r}}})\n"
         "json.dump({'queries': ds.queries, 'qrels': ds.qrels, 'docs': dict(ds.iter_docs())}, sys.stdout)\n"
     )
@@ -205,8 +205,8 @@ def test_ir_datasets_offline_msmarco_dl19(tmp_path):
 
 
 def test_demo_msmarco_corpus_is_rebuilt_byte_for_byte(tmp_path):
-    """The committed shared DL19/DL20 demo corpus is what ``splade_rescale.demo_data`` builds."""
-    from splade_rescale.demo_data import OUT, build
+    """The committed shared DL19/DL20 demo corpus is what ``splade_rescale.data.fixtures.demo`` builds."""
+    from splade_rescale.data.fixtures.demo import OUT, build
 
     counts = build(out=tmp_path)
     committed = ROOT / OUT

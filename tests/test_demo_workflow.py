@@ -102,8 +102,8 @@ def demo_config(demo: Path) -> dict:
 def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
     import json
 
-    from splade_rescale.figures import FORMATS as FIGURE_FORMATS, figure_names
-    from splade_rescale.tables import FORMATS as TABLE_FORMATS, table_names
+    from splade_rescale.report.figures import FORMATS as FIGURE_FORMATS, figure_names
+    from splade_rescale.report.tables import FORMATS as TABLE_FORMATS, table_names
 
     res = demo / "results"
     backbones, variants, datasets = (list(demo_config[k]) for k in ("backbones", "variants", "datasets"))

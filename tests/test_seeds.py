@@ -30,8 +30,8 @@ def _demo(**training) -> dict:
 
 
 def test_run_names_and_the_seed_each_run_trains_with() -> None:
-    from splade_rescale.recipes import resolve_recipe, seed_runs
-    from splade_rescale.seeds import split_run
+    from splade_rescale.training.recipes import resolve_recipe, seed_runs
+    from splade_rescale.training.seeds import split_run
 
     one = _demo()
     assert seed_runs(one, "minilm", "baseline") == ["baseline"]  # the recipe's own seed, no folder
@@ -64,7 +64,7 @@ def test_a_bad_seed_list_is_one_line_naming_its_key(training: dict, key: str) ->
 
 def test_a_per_seed_override_for_a_seed_not_trained_is_refused() -> None:
     from splade_rescale.config import ConfigError
-    from splade_rescale.recipes import seed_runs
+    from splade_rescale.training.recipes import seed_runs
 
     config = _demo(seeds=[0, 1], overrides={"minilm": {"baseline": {"seed-2": {"lambda_d": 1.0}}}})
     with pytest.raises(ConfigError, match=r"training.overrides.minilm.baseline.seed-2: not one of"):
@@ -72,7 +72,7 @@ def test_a_per_seed_override_for_a_seed_not_trained_is_refused() -> None:
 
 
 def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: Path) -> None:
-    from splade_rescale.plan import load_plan_config, planned_jobs
+    from splade_rescale.costs.plan import load_plan_config, planned_jobs
 
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config["training"]["seeds"] = [0, 1]
@@ -98,7 +98,8 @@ def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: 
 
 
 def _render(config: dict, summaries, bm25, norms_csv) -> dict[str, str]:
-    from splade_rescale.tables import FORMATS, RENDERERS, build_tables
+    from splade_rescale.report.rendering import FORMATS, RENDERERS
+    from splade_rescale.report.tables import build_tables
 
     return {f"{t.name}.{ext}": RENDERERS[ext](t, "FOOTER")
             for t in build_tables(config, summaries, bm25, norms_csv) for ext in FORMATS}

@@ -19,9 +19,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from splade_rescale import cli, datasets, encode
-from splade_rescale.prepare import model_documents, prepare_corpus, prepared_docs
-from splade_rescale.sparse_rows import sparsify
+from splade_rescale import cli
+
+from splade_rescale.data import datasets
+
+from splade_rescale.retrieval import encode
+from splade_rescale.data.prepare import model_documents, prepare_corpus, prepared_docs
+from splade_rescale.retrieval.sparse_rows import sparsify
 
 SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # not in plan.CORPUS_SIZES
 N_DOCS, SAMPLE, VOCAB = 100, 20, 1000
@@ -143,7 +147,7 @@ def test_the_model_total_counts_corpora_not_prepared_yet(tmp_path: Path, caplog)
 
 def test_an_unreadable_other_corpus_is_left_out_of_the_model_total(tmp_path):
     """A broken corpus fails its own jobs; the other corpora's encode jobs still run."""
-    from splade_rescale.prepare import model_documents
+    from splade_rescale.data.prepare import model_documents
 
     good = tmp_path / "good.jsonl"
     good.write_text("".join(f'{{"_id": "d{i}", "text": "t"}}\n' for i in range(3)))

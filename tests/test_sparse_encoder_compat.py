@@ -12,10 +12,10 @@ from sentence_transformers import SparseEncoder
 from transformers import (AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM, ModernBertConfig,
                           ModernBertForMaskedLM, PreTrainedModel)
 
-from splade_rescale.heads import init_identity_transform
-from splade_rescale.splade import SpladeEncoder
-from splade_rescale.recipes import resolve_recipe
-from splade_rescale.train import run_training
+from splade_rescale.model.heads import init_identity_transform
+from splade_rescale.model.splade import SpladeEncoder
+from splade_rescale.training.recipes import resolve_recipe
+from splade_rescale.training.train import run_training
 from conftest import TRIPLES
 
 RECIPE = {"steps": 2, "batch_size": 2, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 0,

@@ -15,11 +15,11 @@ import pytest
 import pytrec_eval
 
 from conftest import REPO
-from splade_rescale.evaluate import METRIC_SETS, evaluate_run
-from splade_rescale.figures import FIGURE_NAMES, figure_names, write_figures
-from splade_rescale.norms import write_norms_table
-from splade_rescale.summary import summarize_backbone
-from splade_rescale.tables import FORMATS, table_names, write_tables
+from splade_rescale.evaluation.evaluate import METRIC_SETS, evaluate_run
+from splade_rescale.report.figures import FIGURE_NAMES, figure_names, write_figures
+from splade_rescale.model.norms import write_norms_table
+from splade_rescale.report.summary import summarize_backbone
+from splade_rescale.report.tables import FORMATS, table_names, write_tables
 
 CONFIG = {
     "experiment": "fixture",
@@ -283,7 +283,7 @@ def test_factor_sweep_figure_is_made_with_the_sweep_table(fixture_results, tmp_p
     assert figure_names(config)[-1] == "factor_sweep" and "factor_sweep" not in figure_names(CONFIG)
     written = write_figures(config, summaries, tmp_path)
     assert (tmp_path / "factor_sweep.png").stat().st_size > 5000 and len(written) == 2 * len(figure_names(config))
-    from splade_rescale.figures import factor_sweep_figure
+    from splade_rescale.report.figures import factor_sweep_figure
     data = {json.loads(p.read_text())["backbone"]: json.loads(p.read_text()) for p in summaries}
     fig = factor_sweep_figure(config, data)
     left, right = fig.axes

@@ -18,12 +18,12 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
 
-from splade_rescale.heads import init_identity_transform
-from splade_rescale.recipes import TrainingConfigError, resolve_recipe
-from splade_rescale.splade import cpu_has_amx, uses_bf16
-from splade_rescale.train import LOG_COLUMNS, run_training
-from splade_rescale.datasets import iter_triples_tsv
-from splade_rescale.training_data import TrainingDataError, example_stream, load_teacher_scores
+from splade_rescale.model.heads import init_identity_transform
+from splade_rescale.training.recipes import TrainingConfigError, resolve_recipe
+from splade_rescale.model.splade import cpu_has_amx, uses_bf16
+from splade_rescale.training.train import LOG_COLUMNS, run_training
+from splade_rescale.data.datasets import iter_triples_tsv
+from splade_rescale.training.data import TrainingDataError, example_stream, load_teacher_scores
 from conftest import TRIPLES
 from test_backbones_norms import stored_dtypes
 

@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from conftest import TRIPLES
-from splade_rescale.train import run_training
+from splade_rescale.training.train import run_training
 from test_train import _paths, _recipe, _save_tiny_bert
 
 # 4 queries a step: 2 per rank in 2 processes.
@@ -32,7 +32,7 @@ RECIPE = {"batch_size": 4, "grad_accumulation": 1, "steps": 6, "checkpoint_every
 
 def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
     p = _paths(out)
-    return [sys.executable, "-m", "splade_rescale.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),
+    return [sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),
             "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
             "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
             "--data-json", json.dumps(TRIPLES), "--device", "cpu"]

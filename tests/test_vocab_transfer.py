@@ -14,9 +14,9 @@ from transformers import AutoTokenizer
 
 from conftest import REPO, TRIPLES
 from splade_rescale.config import ConfigError, load_config
-from splade_rescale.heads import mlm_head
-from splade_rescale.norms import activation_stats, read_probe_texts
-from splade_rescale.vocab_transfer import calibrate, source_pieces, special_token_map, transfer_vocabulary
+from splade_rescale.model.heads import mlm_head
+from splade_rescale.model.norms import activation_stats, read_probe_texts
+from splade_rescale.model.vocab_transfer import calibrate, source_pieces, special_token_map, transfer_vocabulary
 
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 PROBE_PASSAGES = REPO / "resources/probe/passages.tsv"
@@ -56,7 +56,7 @@ def modernbert_spec(tokenizer_dir: Path, vocab_size: int, decoder_bias: bool = T
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory):
     """(tiny ModernBERT over the BPE vocabulary, its BPE tokenizer, the WordPiece target)."""
-    from splade_rescale.config_backbones import build_model
+    from splade_rescale.backbones.from_config import build_model
 
     folder = train_bpe(tmp_path_factory.mktemp("bpe"))
     bpe = AutoTokenizer.from_pretrained(str(folder))
@@ -113,7 +113,7 @@ def test_special_tokens_map_by_role(source, transferred) -> None:
 
 
 def test_tokens_without_pieces_get_the_mean_row_and_are_counted(source, tmp_path) -> None:
-    from splade_rescale.config_backbones import build_model
+    from splade_rescale.backbones.from_config import build_model
 
     _, bpe, wordpiece = source
     assert sum(not p for p in source_pieces(bpe, wordpiece)) == 0  # byte-level BPE covers every string
@@ -169,7 +169,7 @@ def test_a_bert_moved_to_its_own_vocabulary_is_unchanged(source) -> None:
 
 
 def test_encoding_gives_a_vector_over_wordpiece_ids(transferred, source) -> None:
-    from splade_rescale.splade import SpladeEncoder
+    from splade_rescale.model.splade import SpladeEncoder
 
     new, _ = transferred
     _, _, wordpiece = source
@@ -197,7 +197,7 @@ def test_calibration_hits_its_target_on_the_probe(transferred, source) -> None:
 
 
 def test_a_head_without_bias_gets_a_zero_bias_to_calibrate(source, tmp_path) -> None:
-    from splade_rescale.config_backbones import build_model
+    from splade_rescale.backbones.from_config import build_model
 
     _, bpe, wordpiece = source
     bpe.save_pretrained(tmp_path / "bpe")

@@ -86,7 +86,7 @@ def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):
 
 
 def test_corpus_names_follow_the_documents_not_the_query_sets():
-    from splade_rescale.corpora import corpora
+    from splade_rescale.data.corpora import corpora
 
     datasets = {
         "msmarco-dev": {"source": "ir_datasets", "id": "msmarco-passage/dev/small", "metrics": "msmarco"},

@@ -40,7 +40,7 @@ def json_arg(text: str) -> Any:
     p.add_argument("--out", required=True, type=Path, help="results/backbones/{name}"),
 ))
 def fetch_backbone_cmd(args: argparse.Namespace) -> None:
-    from splade_rescale.backbones import fetch_backbone
+    from splade_rescale.backbones.sources import fetch_backbone
     fetch_backbone(args.name, args.spec, args.out)
 
 
@@ -51,7 +51,7 @@ def fetch_backbone_cmd(args: argparse.Namespace) -> None:
 ))
 def fetch_reference_cmd(args: argparse.Namespace) -> None:
     """A published SPLADE checkpoint in place of a trained model (calibration rows)."""
-    from splade_rescale.reference import fetch_reference_model
+    from splade_rescale.backbones.reference import fetch_reference_model
     fetch_reference_model(args.name, args.spec, args.out)
 
 
@@ -62,7 +62,7 @@ def fetch_reference_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--label", action="append", default=[], help="key=value stored in the output"),
 ))
 def measure_norms_cmd(args: argparse.Namespace) -> None:
-    from splade_rescale.norms import measure_model_dir
+    from splade_rescale.model.norms import measure_model_dir
     labels = dict(item.split("=", 1) for item in args.label)
     rescale = args.model / "rescale.json"
     if rescale.is_file():
@@ -79,7 +79,7 @@ def measure_norms_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--csv", required=True, type=Path),
 ))
 def norms_table_cmd(args: argparse.Namespace) -> None:
-    from splade_rescale.norms import write_norms_table
+    from splade_rescale.model.norms import write_norms_table
     write_norms_table(args.inputs, args.md, args.csv,
                       caption="MLM-head norms of each backbone and of each variant's initial model; "
                               "probe statistics are measured at initialisation on the fixed probe set.")
@@ -95,7 +95,7 @@ def norms_table_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--out", required=True, type=Path),
 ))
 def rescale_cmd(args: argparse.Namespace) -> None:
-    from splade_rescale.rescale import rescale_backbone
+    from splade_rescale.model.rescale import rescale_backbone
     rescale_backbone(args.backbone_dir, args.out, args.variant, args.spec, args.backbone_norms,
                      args.reference_norms, args.probe)
 
@@ -117,7 +117,7 @@ def set_threads(threads: int | None) -> None:
 def mine_negatives_cmd(args: argparse.Namespace) -> None:
     """BM25 hard negatives for a BEIR-format train split (writes the examples JSONL)."""
     import tempfile
-    from splade_rescale.training_data import mine_bm25_examples
+    from splade_rescale.training.data import mine_bm25_examples
     with tempfile.TemporaryDirectory(prefix=".bm25-train.", dir=args.out.parent) as index_dir:
         mining = args.data.get("mining", {})
         stats = mine_bm25_examples(args.data, args.out, Path(index_dir) / "index",
@@ -141,7 +141,7 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
 ))
 def train_cmd(args: argparse.Namespace) -> None:
     """Train SPLADE; resumes from the last checkpoint; a collapse is recorded, not raised."""
-    from splade_rescale.train import run_training
+    from splade_rescale.training.train import run_training
     set_threads(args.threads)
     data = {**args.data, "examples": str(args.examples)} if args.examples else args.data
     data = {**data, "prepared": str(args.prepared)} if args.prepared else data
@@ -154,12 +154,12 @@ def train_cmd(args: argparse.Namespace) -> None:
 
 @command("prepare-corpus", lambda p: (
     p.add_argument("--name", required=True, help="corpus name"),
-    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.data.corpora), as JSON"),
     p.add_argument("--out", required=True, type=Path, help="JSON record with the document count"),
 ))
 def prepare_corpus_cmd(args: argparse.Namespace) -> None:
     """Download an ir_datasets corpus and build its docs store (a local one is counted); write its count."""
-    from splade_rescale.prepare import prepare_corpus
+    from splade_rescale.data.prepare import prepare_corpus
     prepare_corpus(args.name, args.corpus, args.out)
 
 
@@ -170,7 +170,7 @@ def prepare_corpus_cmd(args: argparse.Namespace) -> None:
 ))
 def prepare_queries_cmd(args: argparse.Namespace) -> None:
     """Fetch a dataset's queries and qrels into ir_datasets' cache before the query encoding."""
-    from splade_rescale.prepare import prepare_queries
+    from splade_rescale.data.prepare import prepare_queries
     prepare_queries(args.name, args.dataset, args.out)
 
 
@@ -180,7 +180,7 @@ def prepare_queries_cmd(args: argparse.Namespace) -> None:
 ))
 def prepare_training_source_cmd(args: argparse.Namespace) -> None:
     """Cache an ir_datasets training source's doc pairs and queries once, for every recipe's examples."""
-    from splade_rescale.prepare import prepare_training_source
+    from splade_rescale.data.prepare import prepare_training_source
     prepare_training_source(args.data, args.out)
 
 
@@ -188,12 +188,12 @@ def prepare_training_source_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
     p.add_argument("--stream", type=json_arg, required=True,
                    help='{"seed", "shuffle_buffer", "teacher_scores", "examples"} of the runs that read it '
-                        "(splade_rescale.training_data.run_stream), as JSON"),
+                        "(splade_rescale.training.data.run_stream), as JSON"),
     p.add_argument("--out", required=True, type=Path, help="examples JSONL; its record (.json) beside it"),
 ))
 def prepare_training_data_cmd(args: argparse.Namespace) -> None:
     """Write the exact examples a recipe's training run reads (texts included) to a local JSONL file."""
-    from splade_rescale.training_data import prepare_examples
+    from splade_rescale.training.data import prepare_examples
     prepare_examples(args.data, args.stream, args.out)
 
 
@@ -242,7 +242,7 @@ def _runtime(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _encoder(args: argparse.Namespace):
-    from splade_rescale.encode import load_encoder
+    from splade_rescale.retrieval.encode import load_encoder
     set_threads(args.threads)
     return load_encoder(args.model, head=args.encoding["head"], precision=args.encoding["precision"],
                         device=None if args.device == "auto" else args.device)
@@ -251,7 +251,7 @@ def _encoder(args: argparse.Namespace):
 @command("encode-corpus", lambda p: (
     model_args(p),
     p.add_argument("--name", required=True, help="corpus name"),
-    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.data.corpora), as JSON"),
     p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--out", required=True, type=Path, help="JsonVectorCollection folder; stats JSON beside it"),
 ))
@@ -264,8 +264,8 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     its last finished shard.
     """
     from splade_rescale.atomic import atomic_dir, write_json
-    from splade_rescale.encode import TooDenseError, encode_corpus, stats_path_for
-    from splade_rescale.prepare import model_documents, prepared_docs
+    from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
+    from splade_rescale.data.prepare import model_documents, prepared_docs
 
     def skip(record: dict[str, Any]) -> None:
         with atomic_dir(args.out) as tmp:
@@ -298,7 +298,7 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 def encode_queries_cmd(args: argparse.Namespace) -> None:
     """Encode every dataset's judged queries with one model load (corpora: encode-corpus)."""
     from splade_rescale.atomic import write_json, write_text
-    from splade_rescale.encode import encode_query_sets, stats_path_for
+    from splade_rescale.retrieval.encode import encode_query_sets, stats_path_for
     if record := collapsed(args.training_manifest):
         for name in args.query_sets:
             write_text(args.out_dir / f"{name}.jsonl", "")
@@ -316,7 +316,7 @@ def encode_queries_cmd(args: argparse.Namespace) -> None:
 def index_cmd(args: argparse.Namespace) -> None:
     """Lucene impact index of a JsonVectorCollection (restarts clean)."""
     from splade_rescale.atomic import atomic_dir, write_json
-    from splade_rescale.lucene import run_build_impact_index
+    from splade_rescale.retrieval.lucene import run_build_impact_index
     if record := skipped(args.collection):
         with atomic_dir(args.out) as tmp:
             write_json(tmp / SKIPPED, record)
@@ -339,8 +339,8 @@ def search_args(p: argparse.ArgumentParser) -> None:
 def retrieve_cmd(args: argparse.Namespace) -> None:
     """Impact search with pretokenised query vectors; writes a TREC run and search stats."""
     from splade_rescale.atomic import write_json, write_text
-    from splade_rescale.datasets import default_exclude_self
-    from splade_rescale.lucene import run_impact_search
+    from splade_rescale.data.datasets import default_exclude_self
+    from splade_rescale.retrieval.lucene import run_impact_search
     if record := skipped(args.index):
         write_text(args.run, "")
         write_json(args.stats, record)
@@ -352,15 +352,15 @@ def retrieve_cmd(args: argparse.Namespace) -> None:
 
 @command("bm25-index", lambda p: (
     p.add_argument("--name", required=True, help="corpus name"),
-    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.corpora), as JSON"),
+    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.data.corpora), as JSON"),
     p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
 ))
 def bm25_index_cmd(args: argparse.Namespace) -> None:
     """BM25 index (Anserini's English analyser) of a corpus (or a dataset's subset), title + text."""
-    from splade_rescale.lucene import run_build_bm25_index
-    from splade_rescale.prepare import prepared_docs
+    from splade_rescale.retrieval.lucene import run_build_bm25_index
+    from splade_rescale.data.prepare import prepared_docs
     total = prepared_docs(args.prepared) if args.prepared else None
     log.info("bm25 index: %s", run_build_bm25_index(args.name, args.corpus, args.out, args.threads, total=total))
 
@@ -368,7 +368,7 @@ def bm25_index_cmd(args: argparse.Namespace) -> None:
 @command("bm25-retrieve", search_args)
 def bm25_retrieve_cmd(args: argparse.Namespace) -> None:
     """BM25 reference run (k1=0.9, b=0.4) over a dataset's judged queries."""
-    from splade_rescale.lucene import run_bm25_search
+    from splade_rescale.retrieval.lucene import run_bm25_search
     run_bm25_search(args.name, args.dataset, args.index, args.run, k=args.k, threads=args.threads,
                     stats_path=args.stats)
 
@@ -389,8 +389,8 @@ def bm25_retrieve_cmd(args: argparse.Namespace) -> None:
 def evaluate_cmd(args: argparse.Namespace) -> None:
     """ranx metrics (per query too), query-count diagnostics and efficiency statistics."""
     from splade_rescale.atomic import write_json
-    from splade_rescale.datasets import load_dataset, write_qrels
-    from splade_rescale.evaluate import efficiency_stats, run_evaluate
+    from splade_rescale.data.datasets import load_dataset, write_qrels
+    from splade_rescale.evaluation.evaluate import efficiency_stats, run_evaluate
     extra = {**dict(item.split("=", 1) for item in args.label), "dataset": args.name,
              "dataset_note": args.dataset.get("note")}
     ds = load_dataset(args.name, args.dataset)
@@ -419,7 +419,7 @@ def evaluate_cmd(args: argparse.Namespace) -> None:
 ))
 def summary_cmd(args: argparse.Namespace) -> None:
     """Gather one backbone's norms, training records and metrics (its per-backbone target)."""
-    from splade_rescale.summary import run_summary
+    from splade_rescale.report.summary import run_summary
     run_summary(args.backbone, args.inputs, args.out)
 
 
@@ -437,14 +437,14 @@ def report_args(p: argparse.ArgumentParser) -> None:
 ))
 def tables_cmd(args: argparse.Namespace) -> None:
     """The paper's tables (Markdown, CSV, LaTeX, HTML) with significance marks and provenance."""
-    from splade_rescale.tables import run_tables
+    from splade_rescale.report.tables import run_tables
     run_tables(args.config, args.summaries, args.bm25, args.norms_csv, args.out_dir, args.references)
 
 
 @command("figures", report_args)
 def figures_cmd(args: argparse.Namespace) -> None:
     """The paper's figures (PNG and PDF)."""
-    from splade_rescale.figures import run_figures
+    from splade_rescale.report.figures import run_figures
     run_figures(args.config, args.summaries, args.out_dir)
 
 
@@ -466,7 +466,7 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
-    from splade_rescale.plan import (THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs, schedule_config,
+    from splade_rescale.costs.plan import (THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs, schedule_config,
                                      uses_gpus, write_plan)
     text = write_plan(args.configfile, args.throughputs, args.out)
     if args.cores and uses_gpus(load_plan_config(args.configfile)):
@@ -476,7 +476,7 @@ def plan_cmd(args: argparse.Namespace) -> None:
         data = json.loads(args.out.with_suffix(".json").read_text())
         args.out.with_suffix(".json").write_text(json.dumps({**data, "schedule": result}, indent=1) + "\n")
     elif args.cores:
-        from splade_rescale.calibrate import predict_config, render_prediction
+        from splade_rescale.costs.calibrate import predict_config, render_prediction
         throughputs = load_throughputs(args.throughputs or THROUGHPUTS_CPU_PATH)
         if "cpu" not in throughputs:
             throughputs["cpu"] = load_throughputs(THROUGHPUTS_CPU_PATH)["cpu"]
@@ -496,8 +496,8 @@ def plan_cmd(args: argparse.Namespace) -> None:
 def calibrate_cmd(args: argparse.Namespace) -> None:
     """CPU throughputs (per rule: fixed s + s per unit, bytes) fitted to a finished run's benchmarks."""
     from splade_rescale.atomic import write_json
-    from splade_rescale.calibrate import calibrate
-    from splade_rescale.plan import THROUGHPUTS_CPU_PATH, load_throughputs
+    from splade_rescale.costs.calibrate import calibrate
+    from splade_rescale.costs.plan import THROUGHPUTS_CPU_PATH, load_throughputs
     throughputs = load_throughputs(THROUGHPUTS_CPU_PATH)  # its cpu section: rates for one-size rules
     throughputs["cpu"] = calibrate(args.configfile, args.run, args.targets, throughputs, args.machine)
     write_json(args.out, throughputs)
@@ -513,7 +513,7 @@ def calibrate_cmd(args: argparse.Namespace) -> None:
 ))
 def rehearsal_report_cmd(args: argparse.Namespace) -> None:
     """A finished run's measured table and the plan's prediction beside it (measured.md); fails outside +-35%."""
-    from splade_rescale.calibrate import report
+    from splade_rescale.costs.calibrate import report
     text, ok = report(args.configfile, args.throughputs, args.out_dir, args.run, args.targets)
     print(text)
     if not ok:

@@ -78,7 +78,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
         error = jsonschema.exceptions.best_match(errors) or errors[0]
         raise ConfigError(_describe(error))
 
-    from splade_rescale.seeds import check_seeds
+    from splade_rescale.training.seeds import check_seeds
 
     backbones = config["backbones"]
     variants = config["variants"]
@@ -144,7 +144,7 @@ def check_vocab_transfer(name: str, variant: dict[str, Any]) -> None:
 
     A Hub tokenizer not yet in the local cache is checked when the variant's init job downloads it.
     """
-    from splade_rescale.tokenizer_source import tokenizer_folder
+    from splade_rescale.backbones.tokenizers import tokenizer_folder
 
     if "factor" in variant:
         parse_factor(variant["factor"], key=f"variants.{name}.factor")

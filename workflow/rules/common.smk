@@ -10,9 +10,9 @@ import yaml
 from snakemake.utils import validate
 
 from splade_rescale.config import ConfigError, check_cores, query_max_length, validate_config
-from splade_rescale.corpora import corpora
-from splade_rescale.recipes import resolve_recipe, seed_runs
-from splade_rescale.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
+from splade_rescale.data.corpora import corpora
+from splade_rescale.training.recipes import resolve_recipe, seed_runs
+from splade_rescale.training.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
 
 
 def _load_recipes():
@@ -65,7 +65,7 @@ CORPUS_OF, CORPORA = corpora(config["datasets"])
 CORPUS_OF = ConfigSection("datasets", CORPUS_OF)
 CORPORA = ConfigSection("corpus names", CORPORA)
 # Training runs per backbone x variant, one per seed: the variant's name alone for one seed
-# (every path as without seeds), else {variant}/seed-{n} (splade_rescale.seeds). Norms and the
+# (every path as without seeds), else {variant}/seed-{n} (splade_rescale.training.seeds). Norms and the
 # rescaled init/ are the variant's and shared by its seeds.
 try:
     RUNS = {(b, v): seed_runs(config, b, v) for b in BACKBONES for v in VARIANTS}

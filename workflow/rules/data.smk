@@ -6,8 +6,8 @@
 # that become ready together would build the same cache at once (ir_datasets takes no lock).
 # Here each cache is built by one job, before the jobs that read it; train and encode jobs
 # then read only local files.
-from splade_rescale.prepare import query_spec, training_corpus
-from splade_rescale.training_data import run_stream, stream_name
+from splade_rescale.data.prepare import query_spec, training_corpus
+from splade_rescale.training.data import run_stream, stream_name
 
 _TRAIN_DATA = config["training"]["data"]
 try:

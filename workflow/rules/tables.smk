@@ -1,6 +1,6 @@
 # Per-backbone summaries, the paper's tables and figures, and what `snakemake --report` shows.
-from splade_rescale.figures import FORMATS as FIGURE_FORMATS, figure_names
-from splade_rescale.tables import FORMATS as TABLE_FORMATS, table_names
+from splade_rescale.report.figures import FORMATS as FIGURE_FORMATS, figure_names
+from splade_rescale.report.tables import FORMATS as TABLE_FORMATS, table_names
 
 
 report: "../report/workflow.rst"

@@ -1,0 +1,1 @@
+"""Where backbones come from: the Hub, a folder, a package, or a config (random init); configured tokenizers; published reference checkpoints."""

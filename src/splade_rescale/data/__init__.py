@@ -1,0 +1,1 @@
+"""Evaluation data: datasets, shared corpora and the CPU preparation jobs; fixtures/ builds the demo's and the rehearsal's data."""

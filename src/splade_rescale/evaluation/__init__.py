@@ -1,0 +1,1 @@
+"""Scoring runs against qrels (ranx) and the paired significance tests."""

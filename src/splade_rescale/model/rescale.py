@@ -1,0 +1,101 @@
+"""Head rescaling: the paper's fix, applied once at initialisation.
+
+Convention: a variant's *factor* is the number the MLM-head projection (decoder weight
+and bias) is multiplied by. The paper's "k = 16" is factor 1/16. The decoder is untied
+from the input embeddings first, so the encoder's input is unchanged and every logit is
+exactly ``factor`` times the original one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from splade_rescale.atomic import atomic_dir, write_json
+from splade_rescale.config import parse_factor
+from splade_rescale.model.heads import load_masked_lm, scale_head, weights_dtype
+
+log = logging.getLogger(__name__)
+
+NORM_KEYS = {"mean_row": "decoder_row_norm_mean", "frobenius": "decoder_frobenius_norm"}
+
+
+def resolve_factor(variant: dict[str, Any], backbone_norms: dict[str, Any] | None = None,
+                   reference_norms: dict[str, Any] | None = None) -> float:
+    """The factor a variant asks for: a constant, or the one that matches a reference's head norm.
+
+    ``match_reference`` compares mean decoder row norms by default (comparable across
+    vocabulary sizes); ``norm: frobenius`` compares whole-matrix norms instead.
+    """
+    if variant["policy"] == "constant":
+        return parse_factor(variant["factor"])
+    if backbone_norms is None or reference_norms is None:
+        raise ValueError("policy match_reference needs the norms of the backbone and of the reference")
+    key = NORM_KEYS[variant.get("norm", "mean_row")]
+    return reference_norms[key] / backbone_norms[key]
+
+
+def rescale_backbone(backbone_dir: str | Path, out_dir: str | Path, variant_name: str, variant: dict[str, Any],
+                     backbone_norms_path: str | Path | None = None,
+                     reference_norms_path: str | Path | None = None,
+                     probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``out_dir`` (model, tokenizer, ``rescale.json``): the backbone with its head scaled,
+    or, for ``vocab_transfer``, moved to the variant's tokenizer first (which ``out_dir`` then holds)."""
+    def read(path: str | Path | None) -> dict[str, Any] | None:
+        if path is None:
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    model, _ = load_masked_lm(backbone_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone_dir))
+    transfer = None
+    if variant["policy"] == "vocab_transfer":
+        model, tokenizer, transfer = _transfer(model, tokenizer, variant_name, variant,
+                                               read(reference_norms_path), probe)
+        factor = parse_factor(variant.get("factor", 1))
+    else:
+        factor = resolve_factor(variant, read(backbone_norms_path), read(reference_norms_path))
+    scale_head(model, factor)
+    record = {"variant": variant_name, "policy": variant["policy"], "factor": factor,
+              "factor_as_configured": variant.get("factor"), "reference": variant.get("reference"),
+              "dtype": weights_dtype(model),
+              "convention": "head projection (decoder weight and bias) multiplied by factor; k = 1/factor"}
+    if transfer is not None:
+        record["vocab_transfer"] = transfer
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(Path(tmp) / "rescale.json", record)
+    log.info("variant %s: head multiplied by %.6g", variant_name, factor)
+    return record
+
+
+def _transfer(model, tokenizer, name: str, variant: dict[str, Any], reference_norms: dict[str, Any] | None,
+              probe: dict[str, Any] | None):
+    """The backbone over the variant's vocabulary, calibrated if asked: (model, tokenizer, record)."""
+    from splade_rescale.model.norms import read_probe_texts
+    from splade_rescale.backbones.tokenizers import load_tokenizer
+    from splade_rescale.model.vocab_transfer import calibrate, resolve_target_nnz, transfer_vocabulary
+
+    target = load_tokenizer(variant["tokenizer"], f"variants.{name}.tokenizer")
+    target_nnz = resolve_target_nnz(variant, reference_norms)
+    model, record = transfer_vocabulary(model, tokenizer, target, needs_bias=target_nnz is not None)
+    record["tokenizer"] = dict(variant["tokenizer"])
+    record["calibration"] = None
+    if target_nnz is not None:
+        if probe is None:
+            raise ValueError(f"variants.{name}.calibrate needs the probe passages (--probe)")
+        if target_nnz > len(target):
+            raise ValueError(f"variants.{name}.calibrate.target_nnz = {target_nnz:g} exceeds the vocabulary "
+                             f"({len(target)} tokens); fix: a number of active terms <= {len(target)}")
+        passages = read_probe_texts(probe["passages"])
+        record["calibration"] = {
+            **calibrate(model, target, passages, probe.get("passage_max_length", 128), target_nnz),
+            "target_from": ("the reference backbone's probe passages"
+                            if variant["calibrate"]["target_nnz"] == "reference" else "the config")}
+    return model, target, record

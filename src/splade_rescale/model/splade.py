@@ -1,0 +1,133 @@
+"""The SPLADE encoder: MLM logits -> log(1 + ReLU) -> max-pool over the input's tokens.
+
+Queries and documents share one model. The pooling is done either by the naive head
+(materialises batch x length x vocab logits) or by the fused head of
+:mod:`splade_rescale.model.fused_head` (vocabulary chunks, argmax-only backward); both give
+the same vectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from splade_rescale.model.fused_head import fused_splade_pool, naive_splade_pool
+from splade_rescale.model.heads import load_masked_lm, mlm_head
+from splade_rescale.retrieval.sparse_rows import SparseRows, sparsify
+
+HeadImpl = Literal["fused", "naive"]
+Precision = Literal["auto", "bf16", "fp32"]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``auto``/None -> CUDA when available, else CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def cpu_has_amx() -> bool:
+    """AMX tiles (Intel Sapphire Rapids and later), where bf16 matmuls outrun fp32."""
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
+def uses_bf16(device: torch.device, precision: Precision, amx: bool | None = None) -> bool:
+    """``bf16`` always; ``fp32`` never; ``auto`` on CUDA and on CPUs with AMX (``amx``: detected if None).
+
+    CPUs without AMX (or avx512_bf16) run bf16 matmuls ~100x slower than fp32, so ``auto`` keeps
+    fp32 there; on an AMX CPU bf16 autocast is the faster of the two (docs/measurements.md,
+    "bf16 autocast against fp32 on the AMX CPU").
+    """
+    if precision != "auto":
+        return precision == "bf16"
+    if device.type == "cuda":
+        return True
+    return device.type == "cpu" and (cpu_has_amx() if amx is None else amx)
+
+
+def autocast_for(device: torch.device, precision: Precision) -> contextlib.AbstractContextManager:
+    """bf16 autocast (fp32 weights) when :func:`uses_bf16`, else plain fp32."""
+    if uses_bf16(device, precision):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+class SpladeEncoder(nn.Module):
+    """Shared query/document SPLADE encoder over a BERT- or ModernBERT-style MLM model."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                 head: HeadImpl = "fused", chunk_size: int = 8192, precision: Precision = "auto"):
+        super().__init__()
+        if head not in ("fused", "naive"):
+            raise ValueError(f"encoding head must be 'fused' or 'naive', got {head!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.head_impl: HeadImpl = head
+        self.chunk_size = chunk_size
+        self.precision: Precision = precision
+        self._head = mlm_head(model)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, head: HeadImpl = "fused", device: str | torch.device | None = None,
+                        precision: Precision = "auto", chunk_size: int = 8192) -> "SpladeEncoder":
+        """Load a saved model with fp32 weights (``precision`` only sets the autocast)."""
+        model, _ = load_masked_lm(path)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        encoder = cls(model, tokenizer, head=head, chunk_size=chunk_size, precision=precision)
+        return encoder.to(resolve_device(device))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return self._head.decoder.out_features
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        """Token ids and mask on the host (pinned when the model is on CUDA, for non-blocking copies).
+
+        Safe to call from another thread while the model runs (the encode pipeline does)."""
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                               return_tensors="pt")
+        features = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        if self.device.type == "cuda":
+            features = {k: v.pin_memory() for k, v in features.items()}
+        return features
+
+    def on_device(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Tokenised features moved to the model's device (non-blocking from pinned memory)."""
+        return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self._head.hidden_states(input_ids, attention_mask)
+        decoder = self._head.decoder
+        pool = fused_splade_pool if self.head_impl == "fused" else naive_splade_pool
+        if self.head_impl == "fused":
+            return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_size)
+        return pool(hidden, decoder.weight, decoder.bias, attention_mask)
+
+    @torch.no_grad()
+    def _reps(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """B x V SPLADE weights on the model's device, in eval mode and the configured precision."""
+        was_training = self.training
+        self.eval()
+        try:
+            with autocast_for(self.device, self.precision):
+                return self(**self.on_device(features))
+        finally:
+            self.train(was_training)
+
+    def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
+        """Dense SPLADE vectors (len(texts) x vocab, float32, on CPU) for one batch of texts."""
+        return self._reps(self.tokenize(texts, max_length)).float().cpu()
+
+    def encode_sparse(self, features: dict[str, torch.Tensor], quantization: float,
+                      max_active_dims: int | None = None) -> SparseRows:
+        """Quantised non-zeros of a tokenised batch; rounding, top-k and the scan run on the device."""
+        return sparsify(self._reps(features), quantization, max_active_dims)

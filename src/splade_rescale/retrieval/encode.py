@@ -1,0 +1,384 @@
+"""Encode corpora and queries with a SPLADE model into Anserini's JsonVectorCollection.
+
+Terms are vocabulary token ids written in decimal (``"2054"``), not token strings: ids are
+plain ASCII words that pass unchanged through Lucene's ``-pretokenized`` whitespace
+tokenisation for every vocabulary (WordPiece ``##`` pieces, byte-level BPE ``Ġ`` pieces,
+tokens containing spaces or punctuation alike), and queries use the same ids.
+Weights are ``round(w * quantization)``; zeros are dropped.
+
+The device does the dense work: the encoder hands the host only each text's non-zero
+quantised weights (:mod:`splade_rescale.retrieval.sparse_rows`). Host work overlaps the device: a
+tokeniser thread prepares the next batch while the model runs, and a writer thread formats,
+compresses and writes the previous chunk (:class:`splade_rescale.retrieval.shards.ShardWriter`).
+
+Memory stays bounded whatever the corpus size: documents are read in chunks of
+``chunk_size``, sorted by length inside the chunk (less padding), encoded in batches and
+written back in corpus order. Chunks are cut at shard boundaries, so a shard's batches depend
+on the shard alone: a run killed after ``k`` finished shards resumes at shard ``k`` (in a
+work folder beside the output, which Snakemake does not delete) and writes the same bytes as
+an uninterrupted run. There are at least ``index_threads`` shards when the corpus is large
+enough (Anserini indexes each file on one thread).
+
+Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
+with thousands of non-zeros per document would write terabytes. After the first
+``size_sample`` documents the shard and index sizes of the whole corpus are estimated; above
+``budget_gb`` the encode stops with :class:`TooDenseError` (the workflow records "too dense
+to index" and goes on). The same bytes per document, over all the documents of every corpus
+the model encodes (``model_docs``), are held against ``model_budget_gb``: a model that passes
+each corpus's budget could still fill the disk over all of them. The corpus's document
+count comes from its preparation (``prepare_corpus``), so the guard runs whether or not
+ir_datasets knows the count. ``max_active_dims`` optionally keeps only each document's
+top-k weights (sentence-transformers' name for the same pruning); off by default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from splade_rescale.atomic import atomic_file, write_json
+from splade_rescale.retrieval.shards import (COMPRESSOR, GZIP_LEVEL, Batches, ShardFolder, ShardWriter, TermStats, VectorLines, query_prefix,
+                                   shard_docs_for)
+from splade_rescale.retrieval.sparse_rows import SparseRows
+
+log = logging.getLogger(__name__)
+
+
+# Bytes a Lucene impact index takes per non-zero document weight (postings, frequencies,
+# skip data, term dictionary), measured on MS MARCO passages of ~180 non-zeros (2.0 B) and
+# higher on the demo's small indexes (fixed overhead); used only for the estimate.
+INDEX_BYTES_PER_NONZERO = 2.0
+
+
+class TooDenseError(RuntimeError):
+    """A corpus whose estimated shards + index exceed the encoding budget."""
+
+
+class Encoder(Protocol):
+    """Tokenise on the host (any thread); encode to host CSR rows, the dense work on the device."""
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> Any: ...
+
+    def encode_sparse(self, features: Any, quantization: float, max_active_dims: int | None = None
+                      ) -> SparseRows: ...
+
+
+def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None,
+                 precision: str = "auto") -> Encoder:
+    """The project's SPLADE encoder for a saved MLM model folder."""
+    from splade_rescale.model.splade import SpladeEncoder
+
+    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision)
+
+
+def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batch_size: int,
+                   quantization: float, max_active_dims: int | None, pool: ThreadPoolExecutor) -> Batches:
+    """``(positions, rows)`` per batch, longest texts first; the next batch is tokenised meanwhile."""
+    if not texts:
+        return []
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    out: list[tuple[np.ndarray, SparseRows]] = []
+    pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[0]], max_length)
+    for b, positions in enumerate(batches):
+        features = pending.result()
+        if b + 1 < len(batches):
+            pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[b + 1]], max_length)
+        out.append((positions, encoder.encode_sparse(features, quantization, max_active_dims)))
+    return out
+
+
+def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
+    """Shard and index bytes of a ``total``-document corpus, from its first ``n_docs``."""
+    shards = shard_bytes / n_docs * total
+    index = nnz / n_docs * INDEX_BYTES_PER_NONZERO * total
+    return {"sample_docs": n_docs, "total_docs": total, "shard_bytes": round(shards), "index_bytes": round(index),
+            "gb": round((shards + index) / 1e9, 3)}
+
+
+class Budgets(NamedTuple):
+    """The size guard's limits: this corpus's (GB, documents) and the model's over all its corpora."""
+
+    corpus_gb: float | None = None
+    corpus_docs: int | None = None
+    model_gb: float | None = None
+    model_docs: int | None = None
+
+    def active(self) -> bool:
+        return bool(self.corpus_gb and self.corpus_docs) or bool(self.model_gb and self.model_docs)
+
+
+def _check_budgets(n_docs: int, shard_bytes: int, nnz: int, budgets: Budgets) -> dict:
+    """The corpus's size estimate (and the model's); TooDenseError when either is over its budget."""
+    def gb(estimate: dict) -> float:
+        return (estimate["shard_bytes"] + estimate["index_bytes"]) / 1e9
+
+    total = budgets.corpus_docs or n_docs
+    estimate = size_estimate(n_docs, shard_bytes, nnz, total)
+    budget = f"{budgets.corpus_gb:g} GB" if budgets.corpus_gb else "off"
+    where = f"{nnz / n_docs:.0f} non-zeros per document"
+    model = None
+    if budgets.model_gb and budgets.model_docs:
+        model = size_estimate(n_docs, shard_bytes, nnz, budgets.model_docs)
+        estimate.update(model_docs=budgets.model_docs, model_gb=model["gb"])
+    log.info("size estimate for %d documents: %s", total, estimate)
+    if budgets.corpus_gb and budgets.corpus_docs and gb(estimate) > budgets.corpus_gb:
+        raise TooDenseError(f"too dense to index (estimated {gb(estimate):.1f} GB of shards and index > budget "
+                            f"{budget} (encoding.index_budget_gb); {where}); fix: set encoding.max_active_dims "
+                            "or raise encoding.index_budget_gb")
+    if model and gb(model) > budgets.model_gb:
+        raise TooDenseError(f"too dense to index (estimated {gb(model):.1f} GB of shards and indexes over the "
+                            f"model's {budgets.model_docs:,} documents in all its corpora > encoding.model_budget_gb "
+                            f"{budgets.model_gb:g} GB; this corpus {gb(estimate):.1f} GB, encoding.index_budget_gb "
+                            f"{budget}; {where}); fix: set encoding.max_active_dims or raise encoding.model_budget_gb")
+    return estimate
+
+
+def work_folder(out_dir: str | Path) -> Path:
+    """Where an encode keeps its finished shards until the corpus is done (beside ``out_dir``)."""
+    out_dir = Path(out_dir)
+    return out_dir.with_name(f".{out_dir.name}.partial")
+
+
+def _shard_chunks(docs: Iterator[tuple[str, str]], first: int, shard_docs: int, chunk_size: int,
+                  sample: int | None) -> Iterator[list[tuple[str, str]]]:
+    """Chunks from document ``first`` (a shard boundary) on, cut at every shard boundary.
+
+    Inside a shard the cuts depend on the shard alone (shard 0 starts with ``sample``
+    documents when sampling), so a resumed run encodes the same batches as an uninterrupted one.
+    """
+    pos = first
+    while True:
+        in_shard = pos % shard_docs
+        n = min(chunk_size, shard_docs - in_shard)
+        if sample and pos < sample:
+            n = sample - pos
+        chunk = list(itertools.islice(docs, n))
+        if not chunk:
+            return
+        yield chunk
+        pos += len(chunk)
+
+
+def _skip_finished(docs: Iterator[tuple[str, str]], n: int, last_id: str | None, where: Path) -> None:
+    """Advance ``docs`` past the ``n`` documents of the finished shards, checking the last id."""
+    seen = None
+    for seen, _ in itertools.islice(docs, n):
+        pass
+    if n and seen != last_id:
+        raise ValueError(f"{where}: its finished shards end at document {last_id!r}, but the corpus has "
+                         f"{seen!r} there; the corpus changed: delete {where} to encode it again")
+
+
+def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
+                batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
+                chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
+                model_budget_gb: float | None = None, model_docs: int | None = None,
+                size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
+                resume_key: str = "") -> dict:
+    """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
+
+    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
+    ``size_sample`` documents if the whole corpus's estimated shards + index exceed it; with
+    ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
+    document over ``model_docs`` documents exceed that.
+    Finished shards of an interrupted run with the same ``resume_key`` (what the vectors depend
+    on: model, corpus) and output settings are verified and kept; only the rest is encoded.
+    """
+    out_dir = Path(out_dir)
+    folder = ShardFolder(work_folder(out_dir))
+    shard_docs = shard_docs_for(total, shard_size, index_threads)
+    state = {"resume_key": resume_key, "max_length": max_length, "quantization": quantization,
+             "max_active_dims": max_active_dims, "total": total, "shard_docs": shard_docs}
+    finished = folder.start(state)
+    done = sum(r.docs for r in finished)
+    prior = TermStats()
+    for r in finished:
+        prior.merge(folder.stats(r))
+    if finished:
+        log.info("resuming at shard %d: %d documents in %d verified shards, %s to encode", len(finished), done,
+                 len(finished), "the rest" if total is None else f"{total - done}")
+    docs = iter(docs)
+    _skip_finished(docs, done, finished[-1].last_id if finished else None, folder.root)
+
+    estimate = None
+    budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
+    sample = min(size_sample, shard_docs) if budgets.active() else None
+    if budget_gb and not total:
+        log.warning("no document count: the size guard of encoding.index_budget_gb cannot run on this corpus")
+    if sample and finished:  # the finished shards are the sample
+        estimate = _check_budgets(done, sum(r.bytes for r in finished), prior.nnz, budgets)
+        sample = None
+    t0 = time.perf_counter()
+    writer = ShardWriter(folder, shard_docs, done)
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool, \
+                tqdm(total=total, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
+            for chunk in _shard_chunks(docs, done, shard_docs, chunk_size, sample):
+                batches = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization,
+                                         max_active_dims, pool)
+                measure = estimate is None and sample is not None
+                writer.put([d for d, _ in chunk], batches, measure=measure)
+                bar.update(len(chunk))
+                if measure:
+                    writer.drain()
+                    s = writer.stats
+                    estimate = _check_budgets(s.n, writer.sample_bytes or 0, s.nnz, budgets)
+            writer.close()
+    except TooDenseError:
+        writer.abort()
+        shutil.rmtree(folder.root, ignore_errors=True)  # the record is final: nothing to resume
+        raise
+    except BaseException:
+        writer.abort()  # finished shards stay for the rerun
+        raise
+    encoded = writer.stats.n
+    stats = prior.merge(writer.stats)
+    if not stats.n:
+        shutil.rmtree(folder.root, ignore_errors=True)
+        raise ValueError(f"{out_dir}: no documents to encode; check the dataset")
+    shard_bytes = sum(p.stat().st_size for p in folder.shards.iterdir())
+    n_shards = len(list(folder.shards.iterdir()))
+    folder.finish(out_dir)
+    secs = time.perf_counter() - t0
+    if stats.n_empty:
+        log.warning("%d of %d documents have an all-zero vector (Anserini skips them)", stats.n_empty, stats.n)
+    return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3),
+            "docs_per_second": round(encoded / secs, 2) if encoded else None,
+            "resumed_docs": done, "encoded_docs": encoded, "shards": n_shards, "shard_docs": shard_docs,
+            "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
+            "quantization": quantization, "max_length": max_length, "max_active_dims": max_active_dims,
+            "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / stats.n, 1),
+            "size_estimate": estimate}
+
+
+def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: str | Path, max_length: int,
+                      batch_size: int = 32, quantization: float = 100) -> dict:
+    """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats."""
+    qids = list(queries)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
+        batches = _encode_sorted(encoder, [queries[q] for q in qids], max_length, batch_size, quantization, None,
+                                 pool)
+    secs = time.perf_counter() - t0
+    stats = TermStats()
+    for _, rows in batches:
+        stats.add(rows)
+    with atomic_file(out_path) as tmp:
+        tmp.write_bytes(VectorLines().ordered([query_prefix(q) for q in qids], batches))
+    if stats.n_empty:
+        log.warning("%d of %d queries have an all-zero vector", stats.n_empty, len(qids))
+    return {**stats.as_dict("queries", "query"), "seconds": round(secs, 3),
+            "queries_per_second_encoding": round(len(qids) / secs, 2) if secs else None,
+            "quantization": quantization, "max_length": max_length}
+
+
+def stats_path_for(out: str | Path) -> Path:
+    """Where the stats JSON of an output goes: beside it (Anserini would read a file inside)."""
+    out = Path(out)
+    return out.with_name(out.name + ".stats.json")
+
+
+def bf16_autocast(enc: Encoder) -> bool | None:
+    """Whether the encoder computes under bf16 autocast (``precision: auto`` depends on the device)."""
+    from splade_rescale.model.splade import SpladeEncoder, uses_bf16
+
+    return uses_bf16(enc.device, enc.precision) if isinstance(enc, SpladeEncoder) else None
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """Names, sizes and modification times of a model folder's files: a retrained model differs."""
+    h = hashlib.sha256()
+    folder = Path(model_dir)
+    for p in sorted(folder.rglob("*")) if folder.is_dir() else ():
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
+                  batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
+                  *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
+                  encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto",
+                  budget_gb: float | None = None, max_active_dims: int | None = None,
+                  index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
+                  model_docs: int | None = None) -> dict:
+    """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside.
+
+    ``total``: the corpus's document count from its preparation; without it the corpus is
+    counted here (a local one) or taken from ir_datasets / the published size.
+    """
+    from splade_rescale.data.datasets import load_corpus
+
+    docs, known = load_corpus(name, corpus_spec, root, count=total is None)
+    total = total or known
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    key = json.dumps({"model": model_fingerprint(model_dir), "corpus": name, "spec": corpus_spec, "head": head,
+                      "precision": precision}, sort_keys=True)
+    stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
+                        budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
+                        max_active_dims=max_active_dims, index_threads=index_threads,
+                        resume_key=hashlib.sha256(key.encode()).hexdigest())
+    write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
+                                         "bf16_autocast": bf16_autocast(enc), **stats})
+    return stats
+
+
+def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str | Path, max_length: int,
+                   batch_size: int = 32, quantization: float = 100, head: str = "fused",
+                   *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
+                   encoder: Encoder | None = None, precision: str = "auto") -> dict:
+    """A dataset's judged (subset) queries -> query-vector JSONL + stats JSON beside."""
+    from splade_rescale.data.datasets import load_dataset
+
+    ds = load_dataset(name, dataset_spec, root)
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
+    write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir),
+                                          "bf16_autocast": bf16_autocast(enc), **stats})
+    return stats
+
+
+def encode_query_sets(model_dir: str | Path, query_sets: Mapping[str, Mapping], out_dir: str | Path,
+                      batch_size: int = 32, quantization: float = 100, head: str = "fused",
+                      *, root: str | Path = ".", device: str | None = None, encoder: Encoder | None = None,
+                      precision: str = "auto") -> dict[str, dict]:
+    """CLI stage: every dataset's queries with one model load -> ``out_dir/{dataset}.jsonl`` + stats.
+
+    ``query_sets``: dataset name -> ``{"spec": its config entry, "max_length": its query length}``.
+    One job per model instead of one per dataset: a model load and device start-up cost more than
+    encoding most query sets.
+    """
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    out = {}
+    for name, qs in tqdm(query_sets.items(), desc="query sets", unit="set"):
+        out[name] = encode_queries(model_dir, qs["spec"], Path(out_dir) / f"{name}.jsonl", qs["max_length"],
+                                   batch_size, quantization, name=name, root=root, encoder=enc)
+        log.info("%s: %d queries", name, out[name]["n_queries"])
+    return out
+
+
+def read_stats(path: str | Path) -> dict:
+    """Read a stats JSON written by this module."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def term_df_array(stats: Mapping, vocab_size: int | None = None) -> np.ndarray:
+    """The ``term_df`` of a stats dict as a dense array (index = token id)."""
+    df = stats["term_df"]
+    size = vocab_size or (max(map(int, df), default=-1) + 1)
+    arr = np.zeros(size, dtype=np.int64)
+    for t, c in df.items():
+        arr[int(t)] = c
+    return arr

