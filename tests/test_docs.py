@@ -13,7 +13,7 @@
   duration (a number followed by s, ms, min or h, with or without a space, or by GFLOPS).
   Allowed: docs/measurements.md and everything under benchmarks/; nothing else is excluded.
   Binary files (a NUL byte, or not UTF-8) are skipped.
-* No tracked text file refers to the issue tracker: the word "issue" followed by a number (with
+* No tracked text file points at tracker entries: the word "issue" followed by a number (with
   or without "#"), or the word "issue" directly after the word "the" (case-insensitive). The
   files state requirements themselves.
 """
