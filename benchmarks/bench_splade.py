@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -40,8 +39,7 @@ from typing import Any, Callable, Sequence
 import torch
 import transformers
 from torch import nn
-from transformers import (AutoModelForMaskedLM, BertConfig, ModernBertConfig, PretrainedConfig,
-                          PreTrainedTokenizerFast)
+from transformers import AutoModelForMaskedLM, BertConfig, ModernBertConfig, PretrainedConfig, PreTrainedTokenizerFast
 
 from splade_rescale.model.heads import mlm_head
 from splade_rescale.model.splade import Precision, SpladeEncoder, autocast_for
@@ -400,7 +398,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"{r['phase']:<7}{r['impl']:<23}{r['items_per_s']:>12.1f} {r['unit']:<10}{r['ms_per_iter']:>10.1f}"
               f"{r['tflops']:>10.3f}{100 * r['frac_peak']:>7.1f}%{gib(r['peak_mem_gib']):>10}"
               f"{gib(r['over_base_gib']):>11}")
-    print(f"\nencode: max |fused - other| = " + ", ".join(f"{k.split('_vs_')[1]} {v:.2e}"
+    print("\nencode: max |fused - other| = " + ", ".join(f"{k.split('_vs_')[1]} {v:.2e}"
                                                        for k, v in report["encode_diffs"].items()))
     print("train: loss at the initial weights = " + ", ".join(f"{k} {v:.6f}"
                                                              for k, v in report["train_loss_at_init"].items()))

@@ -59,8 +59,8 @@ from transformers import ModernBertConfig, ModernBertForMaskedLM, PreTrainedToke
 import bench_splade  # noqa: E402  (benchmarks/ is on sys.path when this file runs as a script)
 from splade_rescale.data.datasets import iter_triples_tsv  # noqa: E402
 from splade_rescale.model.heads import init_identity_transform  # noqa: E402
-from splade_rescale.training.recipes import resolve_recipe  # noqa: E402
 from splade_rescale.model.splade import SpladeEncoder  # noqa: E402
+from splade_rescale.training.recipes import resolve_recipe  # noqa: E402
 from splade_rescale.training.train import run_training  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -395,7 +395,6 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
     sparsification, the copy of the non-zeros, JSON lines, gzip and writing.
     """
     import bench_encode
-
     from splade_rescale.retrieval import encode
 
     config = bench_splade.backbone_config("modernbert-base", bool(sizes.bench_args), None)

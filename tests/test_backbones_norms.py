@@ -171,13 +171,13 @@ def test_pinned_revision_with_only_bin_weights_is_fetched_offline(tmp_path, mini
     _cached_repo(hub, "sharded", tokenizer, {SHARDS[0]: {k: state[k] for k in keys[:20]},
                                              SHARDS[1]: {k: state[k] for k in keys[20:]}})
     _cached_repo(hub, "both", tokenizer, {}, safetensors=True, listed_only=("pytorch_model.bin",))
-    script = f"""
+    script = """
 import json, sys
 from huggingface_hub import snapshot_download
 from huggingface_hub.errors import IncompleteSnapshotError
 from splade_rescale.backbones.sources import fetch_backbone
-out = {{r: fetch_backbone(r, {{"source": "hf", "repo_id": "org/" + r, "revision": "main"}}, sys.argv[1] + "/" + r)
-       for r in ("old", "sharded", "both")}}
+out = {r: fetch_backbone(r, {"source": "hf", "repo_id": "org/" + r, "revision": "main"}, sys.argv[1] + "/" + r)
+       for r in ("old", "sharded", "both")}
 try:
     snapshot_download("org/both", allow_patterns=["*.bin"])
     out["bin_of_both"] = "fetched"

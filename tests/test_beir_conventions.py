@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
-from splade_rescale.retrieval import lucene
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import run_evaluate
+from splade_rescale.retrieval import lucene
 
 QUERY = "solar wind magnetic storms"
 DOCS = {"3": QUERY + " " + QUERY, "b2": "the solar wind reaches the earth", "b10": "the solar wind reaches the earth",
@@ -72,7 +72,8 @@ def test_impact_run_drops_own_id_and_ranks_ties_as_anserini(beir, impact_index, 
     lucene.run_impact_search(index, queries, tmp_path / "run.trec", k=10, exclude_self=ds.exclude_self)
     lines = [line.split() for line in (tmp_path / "run.trec").read_text().splitlines()]
     expected = ANSERINI if ds.exclude_self else ["3", *ANSERINI]
-    assert [line[2] for line in lines] == expected and [int(line[3]) for line in lines] == list(range(1, len(expected) + 1))
+    assert [line[2] for line in lines] == expected
+    assert [int(line[3]) for line in lines] == list(range(1, len(expected) + 1))
     scores = {line[2]: float(line[4]) for line in lines}
     assert scores["b10"] == 20 and scores["b2"] == pytest.approx(20 - 1e-6, abs=1e-9)  # the tie, untied
 

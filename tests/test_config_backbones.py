@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
+from splade_rescale.backbones.from_config import NOTE, ConfigBackboneError
 from splade_rescale.backbones.sources import fetch_backbone
-from splade_rescale.backbones.from_config import ConfigBackboneError, NOTE
 
 MODERNBERT = {"source": "config", "architecture": "modernbert", "seed": 3,
               "sizes": {"layers": 3, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 50368,

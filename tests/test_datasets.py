@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from splade_rescale.data.datasets import (DatasetError, default_exclude_self, doc_text, iter_triples_tsv, load_corpus,
-                                     load_dataset)
+from splade_rescale.data.datasets import (
+    DatasetError,
+    default_exclude_self,
+    doc_text,
+    iter_triples_tsv,
+    load_corpus,
+    load_dataset,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "resources" / "demo"

@@ -102,8 +102,10 @@ def demo_config(demo: Path) -> dict:
 def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
     import json
 
-    from splade_rescale.report.figures import FORMATS as FIGURE_FORMATS, figure_names
-    from splade_rescale.report.tables import FORMATS as TABLE_FORMATS, table_names
+    from splade_rescale.report.figures import FORMATS as FIGURE_FORMATS
+    from splade_rescale.report.figures import figure_names
+    from splade_rescale.report.tables import FORMATS as TABLE_FORMATS
+    from splade_rescale.report.tables import table_names
 
     res = demo / "results"
     backbones, variants, datasets = (list(demo_config[k]) for k in ("backbones", "variants", "datasets"))
@@ -116,7 +118,8 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
                          res / f"models/{b}/{v}/train_log.csv", res / f"models/{b}/{v}/final/config.json"]
             expected += [res / f"{kind}/{b}/{v}/{d}.{ext}" for d in datasets
                          for kind, ext in (("runs", "trec"), ("metrics", "json"))]
-    expected += [res / f"{kind}/bm25/{d}.{ext}" for d in datasets for kind, ext in (("runs", "trec"), ("metrics", "json"))]
+    expected += [res / f"{kind}/bm25/{d}.{ext}" for d in datasets
+                 for kind, ext in (("runs", "trec"), ("metrics", "json"))]
     expected += [res / f"tables/{t}.{ext}" for t in table_names(demo_config) for ext in TABLE_FORMATS]
     expected += [res / f"figures/{f}.{ext}" for f in figure_names(demo_config) for ext in FIGURE_FORMATS]
     assert {"md", "csv", "tex"} <= set(TABLE_FORMATS) and {"png", "pdf"} <= set(FIGURE_FORMATS)

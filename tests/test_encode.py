@@ -13,12 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from splade_rescale.retrieval import encode
-
-from splade_rescale.retrieval import lucene
-from splade_rescale.retrieval.sparse_rows import prune, sparsify
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
+from splade_rescale.retrieval import encode, lucene
+from splade_rescale.retrieval.sparse_rows import prune, sparsify
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test",
@@ -180,7 +178,8 @@ def test_encode_index_search_evaluate(model_dir, encoder, tmp_path):
     dstats = encode.encode_corpus(model_dir, SPEC, coll, MAXLEN, batch_size=8, encoder=encoder)
     qstats = encode.encode_queries(model_dir, SPEC, qpath, 16, batch_size=8, encoder=encoder)
     qv = lucene.read_query_vectors(qpath)
-    assert len(qv) == qstats["n_queries"] == 8 and json.loads(encode.stats_path_for(qpath).read_text())["n_queries"] == 8
+    assert len(qv) == qstats["n_queries"] == 8
+    assert json.loads(encode.stats_path_for(qpath).read_text())["n_queries"] == 8
     istats = lucene.build_impact_index(coll, tmp_path / "index", threads=1)
     assert istats["n_docs"] == dstats["n_docs"]
     sstats = lucene.run_impact_search(tmp_path / "index", qpath, tmp_path / "run.trec", k=10, threads=1)

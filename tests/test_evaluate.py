@@ -9,8 +9,16 @@ import pytest
 import pytrec_eval
 
 from splade_rescale.data.datasets import load_dataset
-from splade_rescale.evaluation.evaluate import (compare_systems, correct_pvalues, efficiency_stats, evaluate_run, flops,
-                                     paired_test, run_evaluate, trec_order)
+from splade_rescale.evaluation.evaluate import (
+    compare_systems,
+    correct_pvalues,
+    efficiency_stats,
+    evaluate_run,
+    flops,
+    paired_test,
+    run_evaluate,
+    trec_order,
+)
 from splade_rescale.retrieval.lucene import read_trec_run
 
 POOL = Path(__file__).resolve().parents[1] / "resources" / "demo" / "msmarco-dl19-dl20-pool"

@@ -195,21 +195,21 @@ class _MaxNumel(TorchDispatchMode):
 
 
 def test_never_materialises_full_logits() -> None:
-    b, l, h, v, chunk = 3, 7, 8, 50, 16
+    b, length, h, v, chunk = 3, 7, 8, 50, 16
     g = torch.Generator().manual_seed(14)
-    hidden = torch.randn(b, l, h, generator=g, requires_grad=True)
+    hidden = torch.randn(b, length, h, generator=g, requires_grad=True)
     weight = torch.randn(v, h, generator=g, requires_grad=True)
     bias = torch.randn(v, generator=g, requires_grad=True)
-    mask = torch.ones(b, l, dtype=torch.long)
-    bound = max(b * l * chunk, b * l * h, v * h, b * v)
-    assert bound < b * l * v
+    mask = torch.ones(b, length, dtype=torch.long)
+    bound = max(b * length * chunk, b * length * h, v * h, b * v)
+    assert bound < b * length * v
     with _MaxNumel() as mode:
         out = fused_splade_pool(hidden, weight, bias, mask, chunk_size=chunk)
         torch.autograd.grad(out, [hidden, weight, bias], torch.randn(b, v))
     assert 0 < mode.max_numel <= bound
     with _MaxNumel() as naive_mode:  # the probe does see naive's B x L x V tensor
         naive_splade_pool(hidden, weight, bias, mask)
-    assert naive_mode.max_numel == b * l * v
+    assert naive_mode.max_numel == b * length * v
 
 
 def test_rejects_bad_shapes() -> None:

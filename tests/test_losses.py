@@ -11,8 +11,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from splade_rescale.model.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss, margin_mse_loss,
-                                   regulariser_weight)
+from splade_rescale.model.losses import (
+    average_gradients,
+    contrastive_loss,
+    flops,
+    gather_rows,
+    kl_loss,
+    margin_mse_loss,
+    regulariser_weight,
+)
 
 
 def test_flops_is_sum_of_squared_batch_means() -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from splade_rescale.retrieval import lucene
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import evaluate_run
+from splade_rescale.retrieval import lucene
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test"}

@@ -19,8 +19,15 @@ import pytest
 
 import splade_rescale.training.train as train
 from conftest import TRIPLES
-from splade_rescale.training.data import (TrainingDataError, examples_read, prepare_examples, prepared_meta_path,
-                                          run_stream, stream_name, training_stream)
+from splade_rescale.training.data import (
+    TrainingDataError,
+    examples_read,
+    prepare_examples,
+    prepared_meta_path,
+    run_stream,
+    stream_name,
+    training_stream,
+)
 from test_train import _paths, _recipe, _save_tiny_bert
 
 IRDS = {"source": "ir_datasets", "id": "msmarco-passage/train/triples-small"}

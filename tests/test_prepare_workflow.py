@@ -125,8 +125,8 @@ def test_train_and_encode_jobs_run_without_ir_datasets_network(tmp_path: Path) -
             pytest.fail(f"snakemake {' '.join(targets)} failed:\n{proc.stderr[-3000:]}{logs[-6000:]}")
         return proc
 
-    from splade_rescale.training.recipes import resolve_recipe
     from splade_rescale.training.data import run_stream, stream_name
+    from splade_rescale.training.recipes import resolve_recipe
 
     stream = stream_name(run_stream(resolve_recipe(CONFIG, "minilm", "baseline")))
     try:

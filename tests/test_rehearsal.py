@@ -8,10 +8,9 @@ import json
 import re
 
 from conftest import REPO
-from test_workflow import job_counts, snakemake
-
 from splade_rescale.costs.plan import load_plan_config, planned_jobs
 from splade_rescale.data.fixtures.rehearsal import build
+from test_workflow import job_counts, snakemake
 
 
 def test_rehearsal_dry_run_has_the_paper_structure():
@@ -50,5 +49,6 @@ def test_rehearsal_data_is_real_text_and_deterministic(tmp_path):
     assert all(d["text"].strip() for d in docs)
     dl19_judged = {line.split()[2] for line in (tmp_path / "a/msmarco-like/qrels.dl19.txt").read_text().splitlines()}
     assert dl19_judged <= {d["_id"] for d in docs}  # the real in-pool qrels stay valid
-    queries = [json.loads(line)["text"] for line in (tmp_path / "a/arguana-like/queries.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "a/arguana-like/queries.jsonl").read_text().splitlines()
+    queries = [json.loads(line)["text"] for line in lines]
     assert len(queries) == 1_406 and sum(len(q.split()) for q in queries) / len(queries) > 100  # long queries

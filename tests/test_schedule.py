@@ -6,11 +6,10 @@ import pytest
 import yaml
 
 from conftest import REPO
-from test_workflow import snakemake
-
 from splade_rescale.config import ConfigError, check_cores
 from splade_rescale.costs.plan import schedule_config
 from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule
+from test_workflow import snakemake
 
 
 def _pipeline(lucene_threads: int) -> list[Job]:

@@ -20,11 +20,9 @@ import pytest
 import torch
 
 from splade_rescale import cli
-
 from splade_rescale.data import datasets
-
-from splade_rescale.retrieval import encode
 from splade_rescale.data.prepare import model_documents, prepare_corpus, prepared_docs
+from splade_rescale.retrieval import encode
 from splade_rescale.retrieval.sparse_rows import sparsify
 
 SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # not in plan.CORPUS_SIZES

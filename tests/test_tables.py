@@ -16,8 +16,8 @@ import pytrec_eval
 
 from conftest import REPO
 from splade_rescale.evaluation.evaluate import METRIC_SETS, evaluate_run
-from splade_rescale.report.figures import FIGURE_NAMES, figure_names, write_figures
 from splade_rescale.model.norms import write_norms_table
+from splade_rescale.report.figures import FIGURE_NAMES, figure_names, write_figures
 from splade_rescale.report.summary import summarize_backbone
 from splade_rescale.report.tables import FORMATS, table_names, write_tables
 

@@ -18,13 +18,13 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
 
-from splade_rescale.model.heads import init_identity_transform
-from splade_rescale.training.recipes import TrainingConfigError, resolve_recipe
-from splade_rescale.model.splade import cpu_has_amx, uses_bf16
-from splade_rescale.training.train import LOG_COLUMNS, run_training
-from splade_rescale.data.datasets import iter_triples_tsv
-from splade_rescale.training.data import TrainingDataError, example_stream, load_teacher_scores
 from conftest import TRIPLES
+from splade_rescale.data.datasets import iter_triples_tsv
+from splade_rescale.model.heads import init_identity_transform
+from splade_rescale.model.splade import cpu_has_amx, uses_bf16
+from splade_rescale.training.data import TrainingDataError, example_stream, load_teacher_scores
+from splade_rescale.training.recipes import TrainingConfigError, resolve_recipe
+from splade_rescale.training.train import LOG_COLUMNS, run_training
 from test_backbones_norms import stored_dtypes
 
 TINY = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 2,

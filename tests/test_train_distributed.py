@@ -32,7 +32,8 @@ RECIPE = {"batch_size": 4, "grad_accumulation": 1, "steps": 6, "checkpoint_every
 
 def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
     p = _paths(out)
-    return [sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init), "--final-dir", str(p["final_dir"]),
+    return [sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init),
+            "--final-dir", str(p["final_dir"]),
             "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
             "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
             "--data-json", json.dumps(TRIPLES), "--device", "cpu"]

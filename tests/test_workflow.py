@@ -143,7 +143,7 @@ def _make_recipe_pytest_args(target: str, marker: str) -> list[str]:
 
     text = (REPO / "Makefile").read_text().replace("\\\n", " ")
     recipe = text[text.index(f"\n{target}:"):].split("\n\n")[0]
-    line = next(l for l in recipe.splitlines() if f'-m "{marker}"' in l or f" -m {marker} " in l)
+    line = next(x for x in recipe.splitlines() if f'-m "{marker}"' in x or f" -m {marker} " in x)
     return shlex.split(line.split("-m pytest", 1)[1].replace("$(CORES)", "2"))
 
 
@@ -193,6 +193,7 @@ def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "tests"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    started = [line.split()[0] for line in sorted(Path(log).read_text().splitlines(), key=lambda l: float(l.split()[1]))]
+    records = sorted(Path(log).read_text().splitlines(), key=lambda record: float(record.split()[1]))
+    started = [line.split()[0] for line in records]
     assert len(started) == 13
     assert "test_demo_workflow" in started[:2], started  # one of the two workers' first tests

@@ -1,5 +1,8 @@
 """One command-line entry point, ``splade-rescale <stage>``, that every Snakemake rule calls.
 
+Over 400 lines because it is one short function per stage with its arguments (the logic lives in
+the subpackages): the one place where a rule's command line is defined.
+
 Rules pass configuration fragments as JSON strings (so Snakemake reruns a job when its
 fragment changes) and paths as arguments. Errors print one line and exit non-zero.
 """
@@ -12,6 +15,8 @@ import logging
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+from splade_rescale.retrieval.skips import SKIPPED, collapsed, skipped
 
 log = logging.getLogger("splade_rescale")
 
@@ -117,6 +122,7 @@ def set_threads(threads: int | None) -> None:
 def mine_negatives_cmd(args: argparse.Namespace) -> None:
     """BM25 hard negatives for a BEIR-format train split (writes the examples JSONL)."""
     import tempfile
+
     from splade_rescale.training.data import mine_bm25_examples
     with tempfile.TemporaryDirectory(prefix=".bm25-train.", dir=args.out.parent) as index_dir:
         mining = args.data.get("mining", {})
@@ -152,9 +158,12 @@ def train_cmd(args: argparse.Namespace) -> None:
 
 # --- data preparation (CPU jobs before any GPU job; ir_datasets caches in $IR_DATASETS_HOME) -----
 
+CORPUS_HELP = "the corpus spec (splade_rescale.data.corpora), as JSON"
+
+
 @command("prepare-corpus", lambda p: (
     p.add_argument("--name", required=True, help="corpus name"),
-    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.data.corpora), as JSON"),
+    p.add_argument("--corpus", type=json_arg, required=True, help=CORPUS_HELP),
     p.add_argument("--out", required=True, type=Path, help="JSON record with the document count"),
 ))
 def prepare_corpus_cmd(args: argparse.Namespace) -> None:
@@ -199,26 +208,6 @@ def prepare_training_data_cmd(args: argparse.Namespace) -> None:
 
 # --- encoding, indexing, retrieval, evaluation -----------------------------------------------
 
-SKIPPED = "SKIPPED.json"
-
-
-def collapsed(manifest_path: Path | None) -> dict[str, Any] | None:
-    """The training manifest if that run collapsed: later stages record it instead of computing."""
-    if manifest_path is None:
-        return None
-    manifest = json.loads(manifest_path.read_text())
-    if manifest["status"] == "ok":
-        return None
-    return {"status": manifest["status"], "reason": manifest.get("reason"),
-            "collapse_step": manifest.get("collapse_step")}
-
-
-def skipped(folder: Path | None) -> dict[str, Any] | None:
-    """The SKIPPED record an upstream stage left in ``folder`` (collapsed or too dense), if any."""
-    marker = folder / SKIPPED if folder else None
-    return json.loads(marker.read_text()) if marker and marker.is_file() else None
-
-
 def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, type=Path)
     p.add_argument("--training-manifest", type=Path)
@@ -251,7 +240,7 @@ def _encoder(args: argparse.Namespace):
 @command("encode-corpus", lambda p: (
     model_args(p),
     p.add_argument("--name", required=True, help="corpus name"),
-    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.data.corpora), as JSON"),
+    p.add_argument("--corpus", type=json_arg, required=True, help=CORPUS_HELP),
     p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--out", required=True, type=Path, help="JsonVectorCollection folder; stats JSON beside it"),
 ))
@@ -264,8 +253,8 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     its last finished shard.
     """
     from splade_rescale.atomic import atomic_dir, write_json
-    from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
     from splade_rescale.data.prepare import model_documents, prepared_docs
+    from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
 
     def skip(record: dict[str, Any]) -> None:
         with atomic_dir(args.out) as tmp:
@@ -352,15 +341,15 @@ def retrieve_cmd(args: argparse.Namespace) -> None:
 
 @command("bm25-index", lambda p: (
     p.add_argument("--name", required=True, help="corpus name"),
-    p.add_argument("--corpus", type=json_arg, required=True, help="the corpus spec (splade_rescale.data.corpora), as JSON"),
+    p.add_argument("--corpus", type=json_arg, required=True, help=CORPUS_HELP),
     p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
 ))
 def bm25_index_cmd(args: argparse.Namespace) -> None:
     """BM25 index (Anserini's English analyser) of a corpus (or a dataset's subset), title + text."""
-    from splade_rescale.retrieval.lucene import run_build_bm25_index
     from splade_rescale.data.prepare import prepared_docs
+    from splade_rescale.retrieval.lucene import run_build_bm25_index
     total = prepared_docs(args.prepared) if args.prepared else None
     log.info("bm25 index: %s", run_build_bm25_index(args.name, args.corpus, args.out, args.threads, total=total))
 
@@ -466,8 +455,14 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
-    from splade_rescale.costs.plan import (THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs, schedule_config,
-                                     uses_gpus, write_plan)
+    from splade_rescale.costs.plan import (
+        THROUGHPUTS_CPU_PATH,
+        load_plan_config,
+        load_throughputs,
+        schedule_config,
+        uses_gpus,
+        write_plan,
+    )
     text = write_plan(args.configfile, args.throughputs, args.out)
     if args.cores and uses_gpus(load_plan_config(args.configfile)):
         result, section = schedule_config(args.configfile, args.throughputs, args.cores, args.gpus)

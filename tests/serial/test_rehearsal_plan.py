@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-
 from splade_rescale.costs.calibrate import _fit, calibrate, dry_run_jobs, report
 from splade_rescale.costs.plan import load_throughputs
 from splade_rescale.data.fixtures.rehearsal import build
@@ -40,7 +39,8 @@ def _rehearse(folder: Path, passages: int, targets: tuple[str, ...]) -> float:
     build(folder / "results/rehearsal-data", passages=passages, dev_queries=100, beir_docs=0, long_queries=0)
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "splade_rescale.data.fixtures.rehearsal", "watch", "--folder", "results",
+    proc = subprocess.run([sys.executable, "-m", "splade_rescale.data.fixtures.rehearsal", "watch",
+                           "--folder", "results",
                            "--out", "results/rehearsal/disk.tsv", "--every", "1", "--", sys.executable, "-m",
                            "snakemake", *targets, "--cores", "2", "--configfile", CONFIG],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=900)

@@ -1,1 +1,2 @@
-"""Where backbones come from: the Hub, a folder, a package, or a config (random init); configured tokenizers; published reference checkpoints."""
+"""Where backbones come from (the Hub, a folder, a package, or a config: random init), configured
+tokenizers, and the published reference checkpoints."""

@@ -1,5 +1,8 @@
 """A CPU run's cost from its own measurements, and the same run predicted before it starts.
 
+Over 400 lines because the fit and the measured-against-predicted report read the same tables of
+a finished run (benchmarks, disk samples, stats); the cost model itself is :mod:`.plan`.
+
 Why: the paper run's bill (:mod:`splade_rescale.costs.plan`) is only as good as its per-unit figures.
 The rehearsal measures them on CPU and checks that the model behind the bill predicts a whole run:
 
@@ -30,11 +33,19 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from splade_rescale.costs.plan import (PlanError, corpus_size, load_plan_config, model_shape, models, query_size,
-                                 tokens, training_lengths)
-from splade_rescale.training.recipes import resolve_recipe
-from splade_rescale.data.fixtures.rehearsal import disk_bytes
+from splade_rescale.costs.plan import (
+    PlanError,
+    corpus_size,
+    load_plan_config,
+    model_shape,
+    models,
+    query_size,
+    tokens,
+    training_lengths,
+)
 from splade_rescale.costs.schedule import Job, list_schedule
+from splade_rescale.data.fixtures.rehearsal import disk_bytes
+from splade_rescale.training.recipes import resolve_recipe
 
 TOLERANCE = 0.35  # the rehearsal's acceptance: predicted within +-35% of measured
 
@@ -189,8 +200,8 @@ def read_benchmark(path: Path) -> dict[str, float]:
 def read_disk(path: Path) -> dict[str, float]:
     """The header of ``rehearsal_data watch``'s samples: wall s, peak and final bytes."""
     if not path.is_file():
-        raise CalibrationError(f"{path}: missing; fix: run the workflow under `python -m splade_rescale.data.fixtures.rehearsal "
-                               "watch` (make rehearsal does)")
+        raise CalibrationError(f"{path}: missing; fix: run the workflow under "
+                               "`python -m splade_rescale.data.fixtures.rehearsal watch` (make rehearsal does)")
     text = path.read_text()
     head = dict(re.findall(r"^# ([\w ]+): (\S+)$", text, re.M))
     first = re.search(r"^seconds\tbytes\n\S+\t(\d+)$", text, re.M)

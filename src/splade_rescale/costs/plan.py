@@ -1,5 +1,9 @@
 """The bill of a run before it starts: jobs, GPU- and CPU-hours, disk and memory.
 
+Its size (~800 lines) is one reason: job counts, per-model costs, disk, memory and the schedule all
+read the same per-model sizes and corpus statistics and render into one report; apart, they would
+pass that state between modules.
+
 ``splade-rescale plan --configfile config/config.yaml`` multiplies three things:
 
 * the jobs Snakemake plans for the config, counted with the functions the workflow uses
@@ -24,10 +28,10 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from splade_rescale.config import ConfigError, query_max_length, validate_config
+from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule
 from splade_rescale.data.corpora import corpora
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 from splade_rescale.training.seeds import split_run
-from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule
 
 REPO = Path(__file__).resolve().parents[3]
 THROUGHPUTS_PATH = REPO / "config" / "throughputs.json"
@@ -238,7 +242,8 @@ def training_lengths(data: Mapping[str, Any], root: Path) -> tuple[Size, Size]:
         from splade_rescale.data.datasets import iter_triples_tsv
 
         triples = list(iter_triples_tsv(root / data["path"]))
-        return Size(*_mean_words(q for q, _, _ in triples)), Size(*_mean_words(t for _, p, n in triples for t in (p, n)))
+        queries, documents = (q for q, _, _ in triples), (t for _, p, n in triples for t in (p, n))
+        return Size(*_mean_words(queries)), Size(*_mean_words(documents))
     raise PlanError(f"training.data.source = {data['source']!r}: lengths unknown to the plan; fix: use MS MARCO "
                     "triples, beir_local or tsv_triples, or extend splade_rescale.costs.plan.training_lengths")
 
@@ -315,7 +320,8 @@ def training_histograms(data: Mapping[str, Any], root: Path, text: Mapping[str, 
     tpw = float(text["tokens_per_word"])
     if data["source"] == "ir_datasets" and str(data.get("id", "")).startswith("msmarco-passage"):
         if "msmarco_query_tokens" in text:
-            return ([tuple(x) for x in text["msmarco_query_tokens"]], [tuple(x) for x in text["msmarco_passage_tokens"]])
+            return ([tuple(x) for x in text["msmarco_query_tokens"]],
+                    [tuple(x) for x in text["msmarco_passage_tokens"]])
         q, d = MSMARCO_TRAIN
         return _histogram([round(q.words)], tpw), _histogram([round(d.words)], tpw)
     if data["source"] == "beir_local":
@@ -561,7 +567,8 @@ def peak_ram(config: Mapping[str, Any], costs: list[ModelCost], corpus_sizes: Ma
         batch_tokens = encoding["batch_size"] * encoding["doc_max_length"]
         enc_gpu = 4 * s.parameters + batch_tokens * (34 * s.hidden + 4 * 8192)
         out["encode_corpus"]["gpu"] = max(out["encode_corpus"]["gpu"], enc_gpu / GIB)
-        out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"], (floor + 4 * s.parameters + 90 * biggest) / GIB)
+        host = (floor + 4 * s.parameters + 90 * biggest) / GIB
+        out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"], host)
         if c.variant == "reference":
             continue
         r = resolve_recipe(config, c.name, c.variant)
@@ -634,8 +641,8 @@ def uses_gpus(config: Mapping[str, Any]) -> bool:
 def schedule_config(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int = 1,
                     root: str | Path = ".") -> tuple[dict[str, Any], str]:
     """``plan --cores N`` for a GPU config: the schedule and its Markdown (with the cores check's warning)."""
-    from splade_rescale.costs.calibrate import dry_run_jobs
     from splade_rescale.config import check_cores
+    from splade_rescale.costs.calibrate import dry_run_jobs
 
     config = load_plan_config(configfile)
     throughputs = load_throughputs(throughputs_file)
@@ -657,8 +664,10 @@ def render_schedule(s: Mapping[str, Any], warning: str | None = None) -> str:
              "| figure | hours |", "|---|---|",
              f"| wall | {_h(s['wall_h'])} |", f"| GPU busy | {_h(s['gpu_busy_h'])} |",
              f"| GPU idle | {_h(s['gpu_idle_h'])} |",
-             f"| of which before the first GPU job (downloads, data preparation) | {_h(s['gpu_idle_before_first_h'])} |",
-             f"| of which after the last GPU job (the last indexes and searches) | {_h(s['gpu_idle_after_last_h'])} |", ""]
+             "| of which before the first GPU job (downloads, data preparation) | "
+             f"{_h(s['gpu_idle_before_first_h'])} |",
+             "| of which after the last GPU job (the last indexes and searches) | "
+             f"{_h(s['gpu_idle_after_last_h'])} |", ""]
     if warning:
         lines += [f"Warning: {warning}", ""]
     return "\n".join(lines)
@@ -740,7 +749,8 @@ ASSUMPTIONS = (
     "GPU throughputs are the throughputs file's reference figures (default: sentence-transformers "
     "SparseEncoder's forward on an H200, bf16; ours not measured yet). Encoding uses a measured end-to-end "
     "rate (texts in, shards on disk) where the file gives one, else the forward rate capped at the host "
-    "side's rate (benchmarks/bench_encode.py --stub); each GPU job adds gpu.job_startup_s. Figures are scaled to a model by reference parameters / "
+    "side's rate (benchmarks/bench_encode.py --stub); each GPU job adds gpu.job_startup_s. Figures are "
+    "scaled to a model by reference parameters / "
     "parameters (with a tied decoder, forward FLOPs per token are about 2 x parameters) and to a text by "
     "reference tokens / tokens; training adds attention's quadratic term (2 x layers x hidden x tokens per "
     "token, against 2 x parameters). GPU costs are given as central / gpu.range_factor … central x "
@@ -758,7 +768,8 @@ ASSUMPTIONS = (
     "impact indexes of several sizes up to 1M documents by benchmarks/bench_retrieval_cost.py): fixed + per "
     "query term + per posting touched ** gamma, the postings from the corpus size and the model's densities; "
     f"queries over {LONG_QUERY_TOKENS} tokens count as long (BEIR ArguAna-like). BM25 searches: the same "
-    "model with query words as terms and document words as non-zeros (BM25 not measured at scale). The range is the model's "
+    "model with query words as terms and document words as non-zeros (BM25 not measured at scale). "
+    "The range is the model's "
     "range_factor (its largest error on the calibration, including extrapolation to the largest index).",
     "Disk: gzipped JsonVectorCollection shards are temp() (deleted once the corpus's impact index exists): "
     "peak = final + the shards awaiting indexing; final = impact and BM25 indexes, models (init + final + "

@@ -1,5 +1,7 @@
 """Evaluation and training collections: streamed corpora, queries, qrels, deterministic subsets.
 
+About 400 lines: one reader per source kind, which the subsets and the BEIR conventions share.
+
 Sources (the ``datasets:`` / ``training.data`` specs of the config):
 
 * ``beir_local``: ``path`` to a BEIR folder (``corpus.jsonl[.gz]`` with ``_id,title,text``,

@@ -1,1 +1,2 @@
-"""MLM heads and what is done to them: head access, rescaling, vocabulary transfer, norms, the SPLADE encoder, its fused head and losses."""
+"""MLM heads and what is done to them: head access, rescaling, vocabulary transfer, norms, the SPLADE
+encoder, its fused head and losses."""

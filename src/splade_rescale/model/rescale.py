@@ -78,8 +78,8 @@ def rescale_backbone(backbone_dir: str | Path, out_dir: str | Path, variant_name
 def _transfer(model, tokenizer, name: str, variant: dict[str, Any], reference_norms: dict[str, Any] | None,
               probe: dict[str, Any] | None):
     """The backbone over the variant's vocabulary, calibrated if asked: (model, tokenizer, record)."""
-    from splade_rescale.model.norms import read_probe_texts
     from splade_rescale.backbones.tokenizers import load_tokenizer
+    from splade_rescale.model.norms import read_probe_texts
     from splade_rescale.model.vocab_transfer import calibrate, resolve_target_nnz, transfer_vocabulary
 
     target = load_tokenizer(variant["tokenizer"], f"variants.{name}.tokenizer")

@@ -1,5 +1,8 @@
 """The paper's figures (PNG for the report, PDF for print) from the per-backbone summaries.
 
+Over 400 lines because of the label placer the scatter figures share (below); each figure is one
+function.
+
 Why these four: the head norm per backbone shows the cause; effectiveness against head norm
 shows the effect; the training curves show when and how collapse happens; effectiveness
 against FLOPS shows that rescaling is not bought with denser (slower) vectors. Collapsed runs
@@ -28,10 +31,10 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import Bbox  # noqa: E402
 
 from splade_rescale.atomic import atomic_file  # noqa: E402
-from splade_rescale.report.seed_spread import SeedSpread, over_seeds, run_collapsed  # noqa: E402
-from splade_rescale.report.summary import runs_of, seeds_of  # noqa: E402
 from splade_rescale.report.provenance import provenance  # noqa: E402
 from splade_rescale.report.results import Results, primary_mean  # noqa: E402
+from splade_rescale.report.seed_spread import SeedSpread, over_seeds, run_collapsed  # noqa: E402
+from splade_rescale.report.summary import runs_of, seeds_of  # noqa: E402
 from splade_rescale.report.tables import SWEEP_POLICIES, SWEEP_TABLE, sweep_factor, table_names  # noqa: E402
 
 FIGURE_NAMES = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")

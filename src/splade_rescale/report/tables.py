@@ -21,11 +21,26 @@ from splade_rescale.config import parse_factor
 from splade_rescale.evaluation.evaluate import METRIC_SETS, PRIMARY
 from splade_rescale.report.provenance import provenance
 from splade_rescale.report.rendering import FORMATS, RENDERERS
-from splade_rescale.report.results import (BM25, Column, Results, Table, cell_value, constant_variants,
-                                           dataset_metric_set, fmt_metric, primary_mean, unscored)
+from splade_rescale.report.results import (
+    BM25,
+    Column,
+    Results,
+    Table,
+    cell_value,
+    constant_variants,
+    dataset_metric_set,
+    fmt_metric,
+    primary_mean,
+    unscored,
+)
 from splade_rescale.report.seed_spread import COLLAPSED, SeedSpread, over_seeds, run_collapsed
-from splade_rescale.report.significance import (mark_column, missing_queries_sentence, notes_sentence,
-                                                seeds_note, significance_note)
+from splade_rescale.report.significance import (
+    mark_column,
+    missing_queries_sentence,
+    notes_sentence,
+    seeds_note,
+    significance_note,
+)
 from splade_rescale.report.summary import seeds_of
 
 BASE_TABLES = ("head_norms", "in_domain", "beir", "beir_recall", "efficiency", "training")

@@ -47,8 +47,17 @@ import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
-from splade_rescale.retrieval.shards import (COMPRESSOR, GZIP_LEVEL, Batches, ShardFolder, ShardWriter, TermStats, VectorLines, query_prefix,
-                                   shard_docs_for)
+from splade_rescale.retrieval.shards import (
+    COMPRESSOR,
+    GZIP_LEVEL,
+    Batches,
+    ShardFolder,
+    ShardWriter,
+    TermStats,
+    VectorLines,
+    query_prefix,
+    shard_docs_for,
+)
 from splade_rescale.retrieval.sparse_rows import SparseRows
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,9 @@
 """SPLADE fine-tuning: contrastive (or distillation) loss + warmed-up FLOPS, with collapse
 detection, atomic checkpoints and exact resume.
 
+Over 400 lines because the loop, its checkpoints and the collapse verdict share the loop's state
+(step, sparsity window, RNG): exact resume is checked against this one place.
+
 Why collapse detection: backbones with a large-norm MLM head collapse under standard SPLADE
 training (the paper's subject). A collapsed run must not crash the workflow: it records
 ``status: collapsed`` with the step and reason, and still writes its last state as the final
@@ -40,13 +43,21 @@ from transformers import AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, atomic_file, write_json
 from splade_rescale.model.heads import load_masked_lm, weights_dtype
-from splade_rescale.training.recipes import TrainingConfigError, check_recipe_keys
-from splade_rescale.model.losses import (average_gradients, contrastive_loss, flops, gather_rows, kl_loss,
-                                   margin_mse_loss, regulariser_weight)
+from splade_rescale.model.losses import (
+    average_gradients,
+    contrastive_loss,
+    flops,
+    gather_rows,
+    kl_loss,
+    margin_mse_loss,
+    regulariser_weight,
+)
 from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
 from splade_rescale.training.data import Example, training_stream
+from splade_rescale.training.recipes import TrainingConfigError, check_recipe_keys
 
-log = logging.getLogger("splade_rescale.training.train")  # not __name__, "__main__" under torchrun: train.log listens here
+# not __name__, which is "__main__" under torchrun: train.log listens here
+log = logging.getLogger("splade_rescale.training.train")
 
 LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d",
                "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm",
