@@ -42,7 +42,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from splade_rescale import encode  # noqa: E402
+from splade_rescale.retrieval import encode  # noqa: E402
 from splade_rescale.retrieval.shards import ShardFolder, ShardWriter  # noqa: E402
 from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 

@@ -64,7 +64,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from splade_rescale import lucene, retrieval_cost  # noqa: E402
+from splade_rescale.costs import retrieval_cost  # noqa: E402
+from splade_rescale.retrieval import lucene  # noqa: E402
 from splade_rescale.retrieval.shards import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
 from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
