@@ -132,33 +132,50 @@ TINY_SIZES = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_
 FORCED_COLLAPSE = {"collapse_min_nnz": 1.0e6}
 
 
-@pytest.fixture(scope="module")
-def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The workflow on a tiny random BERT, two variants x seeds [0, 1], seed 1 of 'rescaled' forced
-    to collapse; real SciFact text, the MS MARCO triples sample, Lucene and ranx."""
+def copy_workflow(root: Path) -> Path:
+    """The workflow, its configs and the data a tiny chain reads (probe, SciFact), copied into ``root``."""
     import shutil
 
-    root = tmp_path_factory.mktemp("seeds")
     for name in ("Snakefile", "workflow", "config", "envs"):
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
-    (root / "resources").mkdir()
+    (root / "resources").mkdir(exist_ok=True)
     for name in ("probe", "demo/scifact"):
         shutil.copytree(REPO / "resources" / name, root / "resources" / name)
+    return root
+
+
+def tiny_config(experiment: str) -> dict:
+    """The demo config on CPU with the tiny recipe, the reference backbone ``tiny`` and a 16-query
+    SciFact subset; the caller sets backbones, variants and training."""
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
-    config.update(device="cpu", experiment="seeds-test", recipes={"tiny": {**TINY, "source": "tests"}})
-    config["backbones"] = {"tiny": {"source": "config", "architecture": "bert", "sizes": TINY_SIZES}}
+    config.update(device="cpu", experiment=experiment, recipes={"tiny": {**TINY, "source": "tests"}})
     config["reference_backbone"] = "tiny"
     config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
                                       "subset": {"max_queries": 16, "max_judged_per_query": 3, "extra_docs": 30,
                                                  "seed": 0}}}
-    config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1, "seeds": [0, 1],
-                          "overrides": {"tiny": {"rescaled": {"seed-1": FORCED_COLLAPSE}}}}
+    return config
+
+
+def run_workflow(root: Path, config: dict) -> Path:
+    """``snakemake all`` in ``root`` on ``config`` (written as config/test.yaml); fails the test on error."""
     (root / "config/test.yaml").write_text(yaml.safe_dump(config))
     proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "--cores", "2", "--configfile",
                            "config/test.yaml"], cwd=root, env=ENV, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return root
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workflow on a tiny random BERT, two variants x seeds [0, 1], seed 1 of 'rescaled' forced
+    to collapse; real SciFact text, the MS MARCO triples sample, Lucene and ranx."""
+    root = copy_workflow(tmp_path_factory.mktemp("seeds"))
+    config = tiny_config("seeds-test")
+    config["backbones"] = {"tiny": {"source": "config", "architecture": "bert", "sizes": TINY_SIZES}}
+    config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1, "seeds": [0, 1],
+                          "overrides": {"tiny": {"rescaled": {"seed-1": FORCED_COLLAPSE}}}}
+    return run_workflow(root, config)
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:

