@@ -45,11 +45,11 @@ test: $(STAMP)
 	$(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m serial --durations=5 tests/serial
 
 # A real SLURM (Debian's slurm-wlm + munge, installed here if missing) on this host, in a
-# temporary folder: tests/test_slurm_cluster.py, skipped by `make test` (no env var there).
+# temporary folder: tests/workflow/test_slurm_cluster.py, skipped by `make test` (no env var there).
 test-slurm: $(STAMP)
 	command -v slurmctld >/dev/null && command -v munged >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge; }
-	SPLADE_RESCALE_SLURM_TEST=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s tests/test_slurm_cluster.py
+	SPLADE_RESCALE_SLURM_TEST=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s tests/workflow/test_slurm_cluster.py
 
 dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 16 --resources gpu=1
@@ -82,7 +82,7 @@ rehearsal: $(STAMP)
 		--throughputs results/rehearsal/throughputs-cpu.json --out-dir results/rehearsal
 
 # ruff (pyproject.toml [tool.ruff]) on the package, tests and benchmarks, and Snakemake's own lint of the
-# rules; tests/test_lint.py and tests/test_workflow.py run the same two checks in `make test`.
+# rules; tests/test_lint.py and tests/workflow/test_workflow.py run the same two checks in `make test`.
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml

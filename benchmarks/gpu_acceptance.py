@@ -22,7 +22,7 @@ path. Writes one JSON report (rewritten after every stage, so a killed run keeps
 prints PASS / FAIL / INFO per check and exits 1 if any check fails.
 
 ``--cpu --tiny`` runs the same stages on the CPU at tiny shapes in well under a minute
-(tests/test_gpu_acceptance.py), so the script cannot rot between GPU runs: CPU bf16 autocast
+(tests/benchmarks/test_gpu_acceptance.py), so the script cannot rot between GPU runs: CPU bf16 autocast
 stands in for CUDA bf16, the CUDA tests are only collected (they skip), and the speed targets are
 reported as INFO, not judged.
 """
@@ -203,7 +203,7 @@ def save_init_model(folder: Path, sizes: Sizes, seed: int = 0) -> Path:
 def cuda_test_files() -> list[Path]:
     """Test files that mention CUDA availability: collecting only these keeps the device's pytest
     away from test modules that import packages its image lacks."""
-    return sorted(p for p in (REPO / "tests").glob("test_*.py") if "cuda.is_available" in p.read_text())
+    return sorted(p for p in (REPO / "tests").rglob("test_*.py") if "cuda.is_available" in p.read_text())
 
 
 class OnlyCudaTests:

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real MiniLM encoder and tiny BERT / ModernBERT masked-LM models."""
+"""Shared fixtures: the real MiniLM encoder, tiny BERT / ModernBERT masked-LM models and a hand-made
+results tree; shared helpers that are not fixtures live in support/."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")  # short JVMs: C1 JIT only (Makefile)
 
 REPO = Path(__file__).resolve().parents[1]
-# The real MS MARCO triples sample, as a training-data spec (tests/test_train.py and others).
+# The real MS MARCO triples sample, as a training-data spec (training tests and others).
 TRIPLES = {"source": "tsv_triples", "path": str(REPO / "resources/demo/msmarco-triples-sample/triples.tsv")}
 
 
@@ -63,13 +64,22 @@ def tiny_mlm_dir(request, tmp_path, minilm_path) -> Path:
     return out
 
 
+@pytest.fixture
+def fixture_results(tmp_path: Path) -> dict:
+    """A hand-made results tree (support/results.py): two backbones x two variants, one collapsed."""
+    from support.results import write_results
+
+    return write_results(tmp_path)
+
+
 SERIAL_TESTS = REPO / "tests" / "serial"
+DEMO_MODULE = "tests/workflow/test_demo_workflow.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The demo workflow's module first: under ``pytest -n 2 --dist loadscope --no-loadscope-reorder``
     (``make test``) its ten-minute workflow then starts at once, beside the other modules, instead of
-    after them (tests/test_workflow.py::test_make_test_starts_the_demo_workflow_first).
+    after them (tests/workflow/test_workflow.py::test_make_test_starts_the_demo_workflow_first).
 
     Tests marked ``serial`` live in tests/serial/: ``make test`` runs that folder alone, without
     collecting (importing) the whole suite again; a ``serial`` test elsewhere would run in neither phase."""
@@ -78,4 +88,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if misplaced:
         raise pytest.UsageError(f"{misplaced[0]}: a test marked serial must live in tests/serial/ "
                                 "(make test runs only that folder alone); move it there")
-    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_demo_workflow.py")
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != DEMO_MODULE)

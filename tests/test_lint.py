@@ -1,5 +1,5 @@
 """Code style: ruff (configured in pyproject.toml) passes on the package, tests and benchmarks, so that a
-style regression fails `make test` and CI; the rules' lint is tests/test_workflow.py::test_lint_is_clean."""
+style regression fails `make test` and CI; the rules' lint is tests/workflow/test_workflow.py::test_lint_is_clean."""
 
 from __future__ import annotations
 

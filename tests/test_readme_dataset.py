@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.config import validate_config
+from support.workflow import copy_workflow
 from test_docs import headings_of
 
 PAGE = REPO / "docs/datasets.md"
@@ -104,10 +104,7 @@ def build_trec(spec: dict, root: Path) -> None:
 def test_readme_dataset_examples_run_their_bm25_chain(tmp_path: Path):
     blocks = dataset_blocks()
     (_, template, config_path), snake = readme_commands()
-    root = tmp_path / "work"
-    root.mkdir()
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, root / name)
+    root = copy_workflow(tmp_path / "work")
     (beir_name, beir_spec), = blocks["beir_local"].items()
     (trec_name, trec_spec), = blocks["trec_local"].items()
     assert "subset" not in beir_spec and "subset" not in trec_spec  # the examples use the full corpus

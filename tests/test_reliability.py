@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, TRIPLES, tiny_bert
+from support.workflow import copy_workflow
 
 BIN = Path(sys.executable).parent
 CLI = [str(BIN / "splade-rescale")]
@@ -395,11 +396,7 @@ def test_run_qrels_mismatch_is_counted_not_hidden(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def workflow_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "workflow", "config", "resources"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
-    return root
+    return copy_workflow(tmp_path_factory.mktemp("workflow"), resources=None)
 
 
 def _dry_run(root: Path, target: str) -> subprocess.CompletedProcess:

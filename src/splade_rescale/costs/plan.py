@@ -8,7 +8,7 @@ pass that state between modules.
 
 * the jobs Snakemake plans for the config, counted with the functions the workflow uses
   (:func:`splade_rescale.data.corpora.corpora`, backbones x variants + reference models;
-  ``tests/test_plan.py`` checks the counts against a dry run);
+  ``tests/costs/test_plan.py`` checks the counts against a dry run);
 * the sizes of its datasets: a table of the published collections below (with sources), and
   local collections (``beir_local``, ``trec_local``, ``subset:``) counted from their files;
 * per-unit costs from a throughputs JSON (``config/throughputs.json`` by default): GPU

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import evaluate_run
 from splade_rescale.retrieval import lucene
 
-ROOT = Path(__file__).resolve().parents[1]
-SCIFACT = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test"}
+SCIFACT = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test"}
 EVERYWHERE = "101"  # [CLS]: given to every document below
 
 

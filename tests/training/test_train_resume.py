@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,8 @@ import pytest
 import yaml
 
 from conftest import REPO, TRIPLES
-from test_train import TINY, _save_tiny_bert
+from support.training import TINY, save_tiny_bert
+from support.workflow import copy_workflow
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
@@ -37,14 +37,12 @@ def workflow(tmp_path: Path) -> Path:
     The model's init folder is made here (fetching and rescaling a backbone would double the
     test's time); the rules that may run are all the others.
     """
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config.update(device="cpu", recipes={"tiny": RECIPE})
     config["training"].update(recipe="tiny", data=TRIPLES, threads=1)
     (tmp_path / "config/test.yaml").write_text(yaml.safe_dump(config))
-    _save_tiny_bert(tmp_path / MODEL / "init")
+    save_tiny_bert(tmp_path / MODEL / "init")
     return tmp_path
 
 

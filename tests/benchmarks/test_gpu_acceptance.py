@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 SCRIPT = REPO / "benchmarks" / "gpu_acceptance.py"
 sys.path.insert(0, str(SCRIPT.parent))
 import gpu_acceptance as ga  # noqa: E402
@@ -38,7 +39,7 @@ def test_cpu_mode_runs_every_stage_and_passes(tmp_path: Path) -> None:
     # Without CUDA the CUDA-only tests are found and skipped: a rename that hid them would fail here.
     cuda = report["stages"]["cuda_tests"]
     assert checks["cuda_tests"]["status"] == "INFO" and cuda["tests"] >= 2 and cuda["skipped"] == cuda["tests"]
-    assert "tests/test_fused_head.py" in cuda["files"]
+    assert "tests/model/test_fused_head.py" in cuda["files"]
     assert all("test_cuda_autocast_matches_naive" in test for test in cuda["selected"])
     # Speed targets are measured at both shapes but never judged on a CPU.
     for backbone in ("modernbert-base", "bert-base"):

@@ -1,4 +1,4 @@
-"""The SLURM profiles without a cluster (dry runs; seconds). tests/test_slurm_cluster.py runs
+"""The SLURM profiles without a cluster (dry runs; seconds). tests/workflow/test_slurm_cluster.py runs
 workflow/profiles/slurm-small on a real SLURM under `make test-slurm`.
 
 * every rule a profile names exists: a renamed rule would otherwise silently lose its
@@ -10,23 +10,14 @@ workflow/profiles/slurm-small on a real SLURM under `make test-slurm`.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import yaml
 
 from conftest import REPO
+from support.workflow import snakemake
 
 PROFILES = ("workflow/profiles/slurm", "workflow/profiles/slurm-small")
-
-
-def snakemake(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=600)
 
 
 def test_profiles_name_only_existing_rules():
@@ -59,3 +50,12 @@ def test_gpus_per_job_contradicting_device_stops_the_workflow():
     proc = snakemake("-n", "--configfile", "config/demo.yaml", "--config", "device=cpu", "gpus_per_job=1")
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "gpus_per_job: 1 contradicts device: cpu" in output, output[-2000:]
+
+
+def test_slurm_profile_dry_run_puts_training_on_the_gpu_partition():
+    proc = snakemake("all", "-n", "--forceall", "--workflow-profile", "workflow/profiles/slurm")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    train = proc.stdout[proc.stdout.index("rule train:"):]
+    resources = train[train.index("resources:"):].splitlines()[0]
+    assert "slurm_partition=gpu" in resources and "gpu=1" in resources
+    assert "figures" in proc.stdout and "tables" in proc.stdout

@@ -9,7 +9,7 @@ from conftest import REPO
 from splade_rescale.config import ConfigError, check_cores
 from splade_rescale.costs.plan import schedule_config
 from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule
-from test_workflow import snakemake
+from support.workflow import snakemake
 
 
 def _pipeline(lucene_threads: int) -> list[Job]:

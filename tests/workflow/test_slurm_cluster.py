@@ -46,6 +46,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from support.workflow import copy_workflow
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("SPLADE_RESCALE_SLURM_TEST") != "1",
@@ -53,7 +54,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 PROFILE = "workflow/profiles/slurm-small"
-COPIED = ("Snakefile", "workflow", "config", "resources", "envs")
 DATASET = "dl19-pool"  # the demo's DL19 queries over its shared 719-passage MS MARCO corpus
 BACKBONE, VARIANT = "minilm", "baseline"
 NORMS = f"results/norms/{BACKBONE}.json"
@@ -96,7 +96,7 @@ def _node_line(hostname: str) -> tuple[str, int]:
 
 
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
-MARKER = "# one-node test cluster written by tests/test_slurm_cluster.py (removed after the test)"
+MARKER = "# one-node test cluster written by tests/workflow/test_slurm_cluster.py (removed after the test)"
 
 
 def _slurm_conf(root: Path, hostname: str, node: str) -> str:
@@ -226,13 +226,7 @@ def _expected_partition(rule: str) -> str:
 
 
 def _copy_workflow(root: Path) -> Path:
-    root.mkdir()
-    for name in COPIED:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.exists():
-            shutil.copy2(src, root / name)
+    copy_workflow(root, resources=None)
     config = yaml.safe_load((root / "config/demo.yaml").read_text())
     config["gpus_per_job"] = 0  # the node has no GPUs: train/encode go to `gpu` without a GPU request
     # A short training: the chain proves scheduling, not model quality (same in both copies).

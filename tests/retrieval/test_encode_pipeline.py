@@ -25,13 +25,13 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import REPO
 from splade_rescale.data.datasets import load_corpus
 from splade_rescale.retrieval import encode
 from splade_rescale.retrieval.shards import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
 from splade_rescale.retrieval.sparse_rows import SparseRows, prune
 
-ROOT = Path(__file__).resolve().parents[1]
-SPEC = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test",
+SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
 MAXLEN = 64
 
@@ -144,9 +144,8 @@ KILLED_ENCODE = """
 import sys, time
 import torch
 torch.set_num_threads({threads})  # the same threads as the uninterrupted run: the same float sums
-sys.path.insert(0, {tests!r})
-from test_encode_pipeline import SPEC, MAXLEN
 from splade_rescale.retrieval import encode
+SPEC, MAXLEN = {spec!r}, {maxlen!r}
 
 class Slow:
     def __init__(self):
@@ -174,7 +173,7 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
     k = random.Random(7).randint(2, n_shards - 3)
     out = tmp_path / "killed"
     records = encode.work_folder(out) / "records"
-    script = KILLED_ENCODE.format(tests=str(Path(__file__).parent), model=str(minilm), out=str(out),
+    script = KILLED_ENCODE.format(spec=SPEC, maxlen=MAXLEN, model=str(minilm), out=str(out),
                                   threads=torch.get_num_threads())
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300

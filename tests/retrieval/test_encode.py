@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
 from splade_rescale.retrieval import encode, lucene
 from splade_rescale.retrieval.sparse_rows import prune, sparsify
 
-ROOT = Path(__file__).resolve().parents[1]
-SPEC = {"source": "beir_local", "path": str(ROOT / "resources" / "demo" / "scifact"), "split": "test",
+SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
 MAXLEN = 48
 

@@ -10,7 +10,7 @@ import re
 from conftest import REPO
 from splade_rescale.costs.plan import load_plan_config, planned_jobs
 from splade_rescale.data.fixtures.rehearsal import build
-from test_workflow import job_counts, snakemake
+from support.workflow import job_counts, snakemake
 
 
 def test_rehearsal_dry_run_has_the_paper_structure():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from support.workflow import copy_workflow
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -45,11 +45,7 @@ def test_a_reference_model_runs_through_the_chain_and_its_calibration_row_is_rig
     from splade_rescale.report.results import BM25, Results
     from splade_rescale.report.tables import calibration_table, table_names
 
-    work = tmp_path / "wf"
-    work.mkdir()
-    for name in ("Snakefile", "workflow", "config", "resources", "envs"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, work / name)
+    work = copy_workflow(tmp_path / "wf", resources=None)
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
                                       "subset": {"max_queries": 12, "max_judged_per_query": 3, "extra_docs": 40,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -11,18 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def snakemake(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    return subprocess.run([*SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    table = output[output.index("Job stats:"):]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+from support.workflow import job_counts, snakemake
 
 
 def test_paper_dry_run_shows_the_whole_experiment():
@@ -187,7 +175,8 @@ def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
             "        f.write(name + ' ' + repr(time.monotonic()) + '\\n')\n"
             "    time.sleep(0.3)\n\n")
     log = str(tmp_path / "started.txt")
-    for module, n in (("test_aaa", 6), ("test_bbb", 5), ("test_demo_workflow", 2)):
+    (tests / "workflow").mkdir()
+    for module, n in (("test_aaa", 6), ("test_bbb", 5), ("workflow/test_demo_workflow", 2)):
         (tests / f"{module}.py").write_text(body.format(log=log) + "".join(
             f"def test_{i}():\n    _record('{module}')\n\n" for i in range(n)))
     proc = subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "tests"], cwd=tmp_path,
@@ -196,4 +185,4 @@ def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
     records = sorted(Path(log).read_text().splitlines(), key=lambda record: float(record.split()[1]))
     started = [line.split()[0] for line in records]
     assert len(started) == 13
-    assert "test_demo_workflow" in started[:2], started  # one of the two workers' first tests
+    assert "workflow/test_demo_workflow" in started[:2], started  # one of the two workers' first tests

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from conftest import REPO, tiny_bert, tiny_modernbert
@@ -20,6 +19,7 @@ from splade_rescale.model.heads import mlm_head
 from splade_rescale.model.norms import measure_model_dir, write_norms_table
 from splade_rescale.model.rescale import rescale_backbone, resolve_factor
 from splade_rescale.model.splade import SpladeEncoder
+from support.training import stored_dtypes
 
 PROBE = {"queries": str(REPO / "resources/probe/queries.tsv"),
          "passages": str(REPO / "resources/probe/passages.tsv"),
@@ -212,12 +212,6 @@ def test_cli_reports_one_line_and_exit_code(tmp_path):
 def test_local_backbone_without_checkpoint_is_named(tmp_path):
     with pytest.raises(BackboneUnavailableError, match="backbones.x.path"):
         fetch_backbone("x", {"source": "local", "path": str(tmp_path)}, tmp_path / "out")
-
-
-def stored_dtypes(folder):
-    """The dtypes of the tensors in a saved model.safetensors, e.g. {"F32"}."""
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        return {f.get_slice(k).get_dtype() for k in f.keys()}
 
 
 def test_bf16_checkpoint_is_loaded_and_written_in_fp32(tmp_path, minilm_path):

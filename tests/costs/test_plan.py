@@ -9,7 +9,7 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.costs.plan import build_plan, load_plan_config, load_throughputs, planned_jobs
-from test_workflow import job_counts, snakemake
+from support.workflow import job_counts, snakemake
 
 
 @pytest.mark.parametrize("configfile", ["config/config.yaml", "config/demo.yaml"])

@@ -1,0 +1,113 @@
+"""A small hand-made results tree (TEST FIXTURES, not experiment output): norms, training logs and
+manifests, per-query metrics and summaries for two backbones x two variants, one of them collapsed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+from splade_rescale.evaluation.evaluate import METRIC_SETS
+from splade_rescale.model.norms import write_norms_table
+from splade_rescale.report.summary import summarize_backbone
+
+CONFIG = {
+    "experiment": "fixture",
+    "backbones": {"small": {}, "big-head": {}},
+    "variants": {"baseline": {"policy": "constant", "factor": 1},
+                 "rescaled": {"policy": "constant", "factor": "1/16"}},
+    "reference_backbone": "small",
+    "datasets": {
+        "dl19-pool": {"metrics": "trec-dl", "note": "FIXTURE pool, not comparable to full-corpus numbers"},
+        "scifact": {"metrics": "beir"},
+        "nfcorpus": {"metrics": "beir"},
+    },
+}
+QIDS = [f"q{i}" for i in range(40)]
+LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d", "flops_q",
+               "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm", "queries_per_s", "elapsed_s")
+
+
+def scores(seed: int, shift: float = 0.0) -> dict[str, float]:
+    rng = random.Random(seed)
+    return {q: min(1.0, rng.uniform(0.1, 0.6) + shift + rng.uniform(-0.02, 0.02) * (shift != 0)) for q in QIDS}
+
+
+def metrics_json(dataset: str, per_query: dict[str, dict[str, float]], **labels) -> dict:
+    return {"status": "ok", "dataset": dataset, "dataset_note": CONFIG["datasets"][dataset].get("note"),
+            "metric_set": CONFIG["datasets"][dataset]["metrics"], **labels,
+            "metrics": {m: sum(v.values()) / len(v) for m, v in per_query.items()}, "per_query": per_query,
+            "n_queries_evaluated": len(QIDS), "n_queries_without_results": 0,
+            "efficiency": {"mean_nnz_per_query": 20.0, "mean_nnz_per_doc": 150.0, "flops": 1.5,
+                           "index_size_bytes": 2_000_000, "qps": 300.0}}
+
+
+def write(path: Path, obj) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def per_query_for(dataset: str, base: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Every metric of the dataset's set; R@1000 a little above R@100, so that the two columns differ."""
+    names = METRIC_SETS[CONFIG["datasets"][dataset]["metrics"]]
+    return {m: {q: min(1.0, s + 0.05) for q, s in base.items()} if m == "R@1000" else dict(base) for m in names}
+
+
+def write_results(tmp_path: Path) -> dict:
+    """A results tree under ``tmp_path/results`` for CONFIG: small/{baseline,rescaled} fine (rescaled
+    identical on BEIR, far better on dl19-pool), big-head/baseline collapsed, big-head/rescaled far
+    better than small/rescaled."""
+    res = tmp_path / "results"
+    inputs: dict[str, list[Path]] = {"small": [], "big-head": []}
+    norms = []
+    for b, row_norm in (("small", 1.0), ("big-head", 17.0)):
+        norms.append(write(res / f"norms/{b}.json", {"backbone": b, "variant": "backbone", "architecture": "Bert",
+                                                      "decoder_row_norm_mean": row_norm,
+                                                      "decoder_frobenius_norm": 190 * row_norm}))
+        inputs[b].append(norms[-1])
+        for v, factor in (("baseline", 1.0), ("rescaled", 1 / 16)):
+            norms.append(write(res / f"norms/{b}/{v}.json", {"backbone": b, "variant": v, "factor": factor,
+                                                              "decoder_row_norm_mean": row_norm * factor}))
+            inputs[b].append(norms[-1])
+            collapsed = (b, v) == ("big-head", "baseline")
+            inputs[b].append(write(res / f"models/{b}/{v}/manifest.json", {
+                "status": "collapsed" if collapsed else "ok",
+                "reason": "FIXTURE all-zero vectors" if collapsed else None,
+                "collapse_step": 6 if collapsed else None, "steps_done": 6 if collapsed else 10, "steps_planned": 10,
+                "recipe": {"name": "fixture"}, "last_log": {"step": 6, "loss": 0.5, "nnz_q": 0.0, "nnz_d": 0.0}}))
+            log_csv = res / f"models/{b}/{v}/train_log.csv"
+            with open(log_csv, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
+                writer.writeheader()
+                for step in range(2, 7 if collapsed else 11, 2):
+                    writer.writerow({c: 0.0 for c in LOG_COLUMNS} | {"step": step, "loss": 1.0 / step,
+                                                                   "flops_q": 5.0, "flops_d": 9.0, "nnz_q": 30 - step,
+                                                                   "nnz_d": 100 - step})
+            inputs[b].append(log_csv)
+            for d in CONFIG["datasets"]:
+                path = res / f"metrics/{b}/{v}/{d}.json"
+                if collapsed:
+                    inputs[b].append(write(path, {"status": "collapsed", "reason": "FIXTURE all-zero vectors",
+                                                  "collapse_step": 6, "metrics": None, "per_query": None}))
+                    continue
+                if b == "small":
+                    base = scores(1, 0.3) if (v == "rescaled" and d == "dl19-pool") else scores(1)
+                else:
+                    base = scores(2, 0.35)
+                inputs[b].append(write(path, metrics_json(d, per_query_for(d, base), backbone=b, variant=v)))
+    bm25 = [write(res / f"metrics/bm25/{d}.json", metrics_json(d, per_query_for(d, scores(3))))
+            for d in CONFIG["datasets"]]
+    norms_md, norms_csv = res / "tables/norms.md", res / "tables/norms.csv"
+    write_norms_table(norms, norms_md, norms_csv)
+    summaries = []
+    for b, files in inputs.items():
+        summaries.append(res / f"summary/{b}.json")
+        summarize_backbone(b, files, summaries[-1])
+    return {"res": res, "summaries": summaries, "bm25": bm25, "norms_csv": norms_csv}
+
+
+def md_row(text: str, backbone: str, variant: str) -> str:
+    """The Markdown table row of one backbone and variant."""
+    return next(line for line in text.splitlines() if line.replace(" ", "").startswith(f"|{backbone}|{variant}|"))
