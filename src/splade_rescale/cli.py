@@ -455,14 +455,9 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
-    from splade_rescale.costs.plan import (
-        THROUGHPUTS_CPU_PATH,
-        load_plan_config,
-        load_throughputs,
-        schedule_config,
-        uses_gpus,
-        write_plan,
-    )
+    from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs
+    from splade_rescale.costs.plan import write_plan
+    from splade_rescale.costs.schedule import schedule_config, uses_gpus
     text = write_plan(args.configfile, args.throughputs, args.out)
     if args.cores and uses_gpus(load_plan_config(args.configfile)):
         result, section = schedule_config(args.configfile, args.throughputs, args.cores, args.gpus)
@@ -492,7 +487,7 @@ def calibrate_cmd(args: argparse.Namespace) -> None:
     """CPU throughputs (per rule: fixed s + s per unit, bytes) fitted to a finished run's benchmarks."""
     from splade_rescale.atomic import write_json
     from splade_rescale.costs.calibrate import calibrate
-    from splade_rescale.costs.plan import THROUGHPUTS_CPU_PATH, load_throughputs
+    from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_throughputs
     throughputs = load_throughputs(THROUGHPUTS_CPU_PATH)  # its cpu section: rates for one-size rules
     throughputs["cpu"] = calibrate(args.configfile, args.run, args.targets, throughputs, args.machine)
     write_json(args.out, throughputs)

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from splade_rescale.costs.plan import build_plan, load_plan_config, load_throughputs, planned_jobs
+from splade_rescale.costs.inputs import load_plan_config, load_throughputs
+from splade_rescale.costs.plan import build_plan, planned_jobs
 from support.workflow import job_counts, snakemake
 
 
@@ -141,22 +142,12 @@ def test_paper_plan_counts_corpus_work_once_and_names_unknown_sizes(tmp_path):
     assert plan["corpora"]["msmarco-passage"]["count"] == 8_841_823 and len(plan["corpora"]) == 14
     assert plan["totals"]["peak_bytes"] > plan["totals"]["final_bytes"]
     config["datasets"]["x"] = {"source": "ir_datasets", "id": "beir/cqadupstack/android", "metrics": "beir"}
-    with pytest.raises(ValueError, match="size unknown; fix: add it to splade_rescale.costs.plan.CORPUS_SIZES"):
+    with pytest.raises(ValueError, match="size unknown; fix: add it to splade_rescale.data.collection_sizes"):
         build_plan(config, load_throughputs())
 
 
-def test_expected_longest_is_the_padded_length_of_a_batch():
-    from splade_rescale.costs.plan import expected_longest
-
-    hist = [(10, 3), (100, 1)]
-    assert expected_longest(hist, 1, 512) == pytest.approx(32.5)  # one text: the mean
-    assert expected_longest(hist, 2, 512) == pytest.approx(10 * 9 / 16 + 100 * 7 / 16)
-    assert expected_longest(hist, 200, 512) == pytest.approx(100, rel=1e-9)  # a big batch holds the longest
-    assert expected_longest(hist, 200, 64) == pytest.approx(64, rel=1e-9)  # cut at the recipe's maximum
-
-
 def test_paper_training_pays_for_padding_and_every_cost_has_a_range_within_3x():
-    from splade_rescale.costs.plan import expected_longest, training_histograms
+    from splade_rescale.costs.sizes import expected_longest, training_histograms
 
     config = load_plan_config(REPO / "config/config.yaml")
     throughputs = load_throughputs()

@@ -8,7 +8,8 @@ import json
 import re
 
 from conftest import REPO
-from splade_rescale.costs.plan import load_plan_config, planned_jobs
+from splade_rescale.costs.inputs import load_plan_config
+from splade_rescale.costs.plan import planned_jobs
 from splade_rescale.data.fixtures.rehearsal import build
 from support.workflow import job_counts, snakemake
 

@@ -7,8 +7,7 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.config import ConfigError, check_cores
-from splade_rescale.costs.plan import schedule_config
-from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule
+from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule, schedule_config
 from support.workflow import snakemake
 
 

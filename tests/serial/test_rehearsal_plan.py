@@ -23,7 +23,7 @@ import pytest
 
 from conftest import REPO
 from splade_rescale.costs.calibrate import _fit, calibrate, dry_run_jobs, report
-from splade_rescale.costs.plan import load_throughputs
+from splade_rescale.costs.inputs import load_throughputs
 from splade_rescale.data.fixtures.rehearsal import build
 
 CONFIG = "config/rehearsal-small.yaml"

@@ -67,7 +67,8 @@ def test_a_per_seed_override_for_a_seed_not_trained_is_refused() -> None:
 
 
 def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: Path) -> None:
-    from splade_rescale.costs.plan import load_plan_config, planned_jobs
+    from splade_rescale.costs.inputs import load_plan_config
+    from splade_rescale.costs.plan import planned_jobs
 
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config["training"]["seeds"] = [0, 1]

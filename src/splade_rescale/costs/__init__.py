@@ -1,2 +1,3 @@
-"""The cost model: the plan of a run before it starts, its calibration on a measured run, the job
-schedule and Lucene's search cost."""
+"""The cost model: the plan of a run before it starts (plan, from inputs, sizes and model_shapes;
+printed by plan_report), its calibration on a measured run, the job schedule and Lucene's search
+cost."""

@@ -33,17 +33,11 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from splade_rescale.costs.plan import (
-    PlanError,
-    corpus_size,
-    load_plan_config,
-    model_shape,
-    models,
-    query_size,
-    tokens,
-    training_lengths,
-)
+from splade_rescale.costs.inputs import PlanError, load_plan_config
+from splade_rescale.costs.model_shapes import model_shape
+from splade_rescale.costs.plan import models
 from splade_rescale.costs.schedule import Job, list_schedule
+from splade_rescale.costs.sizes import corpus_size, query_size, tokens, training_lengths
 from splade_rescale.data.fixtures.rehearsal import disk_bytes
 from splade_rescale.training.recipes import resolve_recipe
 
@@ -259,7 +253,7 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     per-unit rate of ``throughputs``' own ``cpu`` section (default: config/throughputs-cpu.json,
     the rehearsal's) or, for Lucene rules, of its Lucene figures, and fits the fixed part here.
     """
-    from splade_rescale.costs.plan import THROUGHPUTS_CPU_PATH, load_throughputs
+    from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_throughputs
 
     run = Path(run)
     throughputs = dict(throughputs or load_throughputs(THROUGHPUTS_CPU_PATH))
@@ -453,7 +447,7 @@ def render_comparison(rows: list[tuple[str, float, float, bool]], cores: int, th
 def report(configfile: str | Path, throughputs_file: str | Path, out_dir: str | Path, run: str | Path = ".",
            targets: Sequence[str] = ("all",), title: str | None = None) -> tuple[str, bool]:
     """Write measured.md (+ .json) for a finished run with the prediction beside it; return text, all within."""
-    from splade_rescale.costs.plan import load_throughputs
+    from splade_rescale.costs.inputs import load_throughputs
 
     run, out_dir = Path(run), Path(out_dir)
     m = measured(configfile, run, targets)

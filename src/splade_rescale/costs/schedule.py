@@ -7,12 +7,21 @@ list scheduling: the ready job with the longest remaining path first, lower-prio
 backfilling what is left. Snakemake's own choice among ready jobs (an ILP over priorities and
 resources) differs in order, not in the constraints, so idle time caused by a resource shortage
 shows up the same way.
+
+``splade-rescale plan --cores N`` (:func:`schedule_config`) gives a dry run's jobs the plan's
+durations and schedules them: the GPU's busy and idle hours.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from splade_rescale.config import ConfigError, check_cores
+from splade_rescale.costs.inputs import load_plan_config, load_throughputs
+from splade_rescale.costs.plan import build_plan
+from splade_rescale.costs.plan_report import format_hours
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +103,92 @@ def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict
     last = max((s.end for s in gpu_jobs), default=0.0)
     return {"wall_h": wall / 3600, "gpu_busy_h": busy / 3600, "gpu_idle_h": (wall * gpus - busy) / 3600,
             "gpu_idle_before_first_h": first * gpus / 3600, "gpu_idle_after_last_h": (wall - last) * gpus / 3600}
+
+
+# --- the plan's jobs on a machine -------------------------------------------------------------
+
+def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any],
+                   gpus_per_job: int = 1) -> list[Job]:
+    """The dry run's jobs with the plan's durations: GPU jobs from its GPU-hours, Lucene jobs from
+    its core-hours over their threads (capped at ``cores``), other jobs the throughputs' fixed times."""
+    fixed = throughputs.get("jobs") or {}
+    default_s = float(fixed.get("default_s", 30))
+    by_model = {(m["name"], m["variant"]): m for m in plan["models"]}
+    bm25 = plan["bm25"]
+    out = []
+    for j in jobs:
+        rule, w, threads = j["rule"], j["wildcards"], j["threads"]
+        model = by_model.get((w.get("backbone"), w.get("variant")))
+        lucene = 3600 / min(threads, cores)  # core-hours -> seconds of a job on its threads
+        gpus = 0
+        if rule == "all":
+            seconds = 0.0
+        elif rule == "train":
+            gpus = int(plan["train_gpus"].get(w["backbone"], gpus_per_job))
+            seconds = model["train_gpu_h"] * 3600 / max(1, gpus)
+        elif rule == "encode_corpus":
+            gpus, seconds = gpus_per_job, model["encode_corpus_h"][w["corpus"]] * 3600
+        elif rule == "encode_queries":
+            gpus, seconds = gpus_per_job, model["query_gpu_h"] * 3600
+        elif rule == "impact_index":
+            seconds = model["index_core_h"][w["corpus"]] * lucene
+        elif rule == "impact_retrieve":
+            seconds = model["retrieve_core_h"][w["dataset"]] * lucene
+        elif rule == "bm25_index":
+            seconds = bm25["index_core_h"][w["corpus"]] * lucene
+        elif rule == "bm25_retrieve":
+            seconds = bm25["retrieve_core_h"][w["dataset"]] * lucene
+        elif rule == "prepare_corpus" and w.get("corpus") in plan["corpora"]:
+            seconds = plan["corpora"][w["corpus"]]["count"] / float(fixed.get("prepare_docs_per_s", 5000))
+        else:
+            seconds = float((fixed.get("fixed_s") or {}).get(rule, default_s))
+        out.append(Job(j["id"], rule, threads, seconds, tuple(j["deps"]), gpus))
+    return out
+
+
+def schedule(plan: Mapping[str, Any], jobs: list[dict], cores: int, gpus: int, throughputs: Mapping[str, Any],
+             gpus_per_job: int = 1) -> dict[str, Any]:
+    """The run on ``cores`` cores and ``gpus`` GPUs: wall hours and the GPU's busy and idle hours."""
+    timed = scheduled_jobs(plan, jobs, cores, throughputs, gpus_per_job)
+    usage = gpu_usage(timed, list_schedule(timed, cores, gpus), gpus)
+    return {"cores": cores, "gpus": gpus, "jobs": len(timed), **usage}
+
+
+def uses_gpus(config: Mapping[str, Any]) -> bool:
+    """Whether the workflow's model jobs ask for a GPU (common.smk's gpu_count)."""
+    gpus = config.get("gpus_per_job")
+    return bool(gpus) if gpus is not None else str(config.get("device", "auto")) != "cpu"
+
+
+def schedule_config(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int = 1,
+                    root: str | Path = ".") -> tuple[dict[str, Any], str]:
+    """``plan --cores N`` for a GPU config: the schedule and its Markdown (with the cores check's warning)."""
+    from splade_rescale.costs.calibrate import dry_run_jobs  # calibrate imports this module
+
+    config = load_plan_config(configfile)
+    throughputs = load_throughputs(throughputs_file)
+    plan = build_plan(config, throughputs, root)
+    result = schedule(plan, dry_run_jobs(configfile, workdir=root), cores, gpus, throughputs,
+                      int(config.get("gpus_per_job") or 1))
+    try:
+        check_cores(config, cores)
+        warning = None
+    except ConfigError as exc:
+        warning = f"the workflow refuses this run (`--resources gpu={gpus}`): {exc}"
+    return result, render_schedule(result, warning)
+
+
+def render_schedule(s: Mapping[str, Any], warning: str | None = None) -> str:
+    lines = [f"## Schedule on {s['cores']} cores and {s['gpus']} GPU(s)", "",
+             "Jobs list-scheduled as Snakemake runs them: a job starts when its threads (capped at the cores) "
+             "and its `gpu` resource are free; longest remaining path first.", "",
+             "| figure | hours |", "|---|---|",
+             f"| wall | {format_hours(s['wall_h'])} |", f"| GPU busy | {format_hours(s['gpu_busy_h'])} |",
+             f"| GPU idle | {format_hours(s['gpu_idle_h'])} |",
+             "| of which before the first GPU job (downloads, data preparation) | "
+             f"{format_hours(s['gpu_idle_before_first_h'])} |",
+             "| of which after the last GPU job (the last indexes and searches) | "
+             f"{format_hours(s['gpu_idle_after_last_h'])} |", ""]
+    if warning:
+        lines += [f"Warning: {warning}", ""]
+    return "\n".join(lines)

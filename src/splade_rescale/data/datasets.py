@@ -249,7 +249,7 @@ def load_corpus(name: str, spec: Mapping, root: str | Path = ".", count: bool = 
         return ds.iter_docs(), len(ds.doc_ids or ())
     spec = _resolve(spec, Path(root))
     if spec["source"] == "ir_datasets":
-        from splade_rescale.costs.plan import CORPUS_SIZES
+        from splade_rescale.data.collection_sizes import CORPUS_SIZES
 
         # docs_count() is None until ir_datasets has built the corpus's docs store: fall back to
         # its published size, so that shard sizing and the size guard still know the total

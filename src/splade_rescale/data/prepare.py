@@ -56,7 +56,7 @@ def _irds_docs_count(ds_id: str) -> int:
 
 def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> dict[str, Any]:
     """Make a corpus's documents local and count them; write ``{"corpus", "spec", "docs", ...}`` to ``out``."""
-    from splade_rescale.costs.plan import CORPUS_SIZES
+    from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
 
     t0 = time.perf_counter()
@@ -129,7 +129,7 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
     an ir_datasets corpus of unknown size, or a local one that cannot be read (its own jobs
     fail and say why), is left out, with a warning.
     """
-    from splade_rescale.costs.plan import CORPUS_SIZES
+    from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
 
     total = 0
