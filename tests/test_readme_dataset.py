@@ -22,8 +22,8 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.config import validate_config
+from support.markdown import headings_of
 from support.workflow import copy_workflow
-from test_docs import headings_of
 
 PAGE = REPO / "docs/datasets.md"
 SECTION = "## Adding a dataset"
