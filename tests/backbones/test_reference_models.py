@@ -8,19 +8,14 @@ saved as a sentence-transformers SparseEncoder folder, named in a test config as
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import REPO
-from support.workflow import copy_workflow
+from support.workflow import ENV, copy_workflow, snakemake
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 PUBLISHED_SPLADE, PUBLISHED_BM25 = 0.5, 0.9
 
 
@@ -57,13 +52,11 @@ def test_a_reference_model_runs_through_the_chain_and_its_calibration_row_is_rig
     config["bm25"] = {"published": {"source": "test BM25 figure", "scifact": PUBLISHED_BM25}}
     (work / "config/test.yaml").write_text(yaml.safe_dump(config))
     targets = ["results/metrics/st-ref/reference/scifact.json", "results/metrics/bm25/scifact.json"]
-    dry = subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "--cores", "2", "--configfile",
-                          "config/test.yaml"], cwd=work, env=ENV, capture_output=True, text=True, timeout=300)
+    dry = snakemake(*targets, "-n", "--cores", "2", "--configfile", "config/test.yaml", cwd=work, env=ENV, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     for rule in ("train", "rescale_head", "norms_backbone", "fetch_backbone"):  # a reference skips all these
         assert f"rule {rule}:" not in dry.stdout, rule
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *targets, "--cores", "2", "--configfile",
-                           "config/test.yaml"], cwd=work, env=ENV, capture_output=True, text=True, timeout=900)
+    proc = snakemake(*targets, "--cores", "2", "--configfile", "config/test.yaml", cwd=work, env=ENV, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = json.loads((work / "results/models/st-ref/reference/manifest.json").read_text())
     assert manifest["status"] == "ok" and manifest["source"] == "sentence_transformers"

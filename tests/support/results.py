@@ -11,6 +11,7 @@ from pathlib import Path
 from splade_rescale.evaluation.evaluate import METRIC_SETS
 from splade_rescale.model.norms import write_norms_table
 from splade_rescale.report.summary import summarize_backbone
+from splade_rescale.training.train import LOG_COLUMNS
 
 CONFIG = {
     "experiment": "fixture",
@@ -25,8 +26,6 @@ CONFIG = {
     },
 }
 QIDS = [f"q{i}" for i in range(40)]
-LOG_COLUMNS = ("step", "lr", "lambda_q", "lambda_d", "loss", "loss_rank", "loss_flops_q", "loss_flops_d", "flops_q",
-               "flops_d", "nnz_q", "nnz_d", "max_weight", "mean_weight", "grad_norm", "queries_per_s", "elapsed_s")
 
 
 def scores(seed: int, shift: float = 0.0) -> dict[str, float]:

@@ -16,15 +16,15 @@ from conftest import REPO
 from support.training import TINY
 
 BIN = Path(sys.executable).parent  # splade-rescale, which every rule calls, lives beside python
-# One thread per job: two pytest workers share the machine's two cores.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+WITH_BIN = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+# Jobs that run models: one thread each (two pytest workers share the machine's two cores), offline.
+ENV = {**WITH_BIN, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
 WORKFLOW = ("Snakefile", "workflow", "config", "envs")
 
 
-def snakemake(*args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path = REPO, env: dict[str, str] = WITH_BIN,
+              timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m snakemake ARGS`` in ``cwd`` (the repository unless a copy is named), output captured."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -76,7 +76,6 @@ def tiny_config(experiment: str) -> dict:
 def run_workflow(root: Path, config: dict) -> Path:
     """``snakemake all`` in ``root`` on ``config`` (written as config/test.yaml); fails the test on error."""
     (root / "config/test.yaml").write_text(yaml.safe_dump(config))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "--cores", "2", "--configfile",
-                           "config/test.yaml"], cwd=root, env=ENV, capture_output=True, text=True, timeout=1200)
+    proc = snakemake("all", "--cores", "2", "--configfile", "config/test.yaml", cwd=root, env=ENV, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return root

@@ -21,11 +21,8 @@ import yaml
 
 from conftest import REPO, TRIPLES
 from support.training import TINY, save_tiny_bert
-from support.workflow import copy_workflow
+from support.workflow import ENV, copy_workflow
 
-BIN = Path(sys.executable).parent
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 MODEL = Path("results/models/minilm/baseline")
 RECIPE = {**TINY, "source": "tests", "steps": 8, "grad_accumulation": 1, "log_every": 1, "checkpoint_every": 4}
 
