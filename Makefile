@@ -54,14 +54,14 @@ test-slurm: $(STAMP)
 dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 16 --resources gpu=1
 
-# The paper run's bill before it starts (results/plan.md); THROUGHPUTS=your.json to use your own figures.
+# The paper run's bill before it starts (results/paper/plan.md); THROUGHPUTS=your.json to use your own figures.
 plan: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
-		$(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS)) --out results/plan.md
+		$(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))
 
 # Scale rehearsal (config/rehearsal.yaml): the paper's DAG at its shape on CPU, offline. Builds its data
-# (results/rehearsal-data), runs the workflow while sampling results/ for the peak disk
-# (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/benchmarks/*), fits CPU
+# (results/rehearsal-data), runs the workflow while sampling its results folder for the peak disk
+# (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/rehearsal/benchmarks/*), fits CPU
 # throughputs to the run (results/rehearsal/throughputs-cpu.json) and prints the measured table with the
 # plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). The default data are
 # sized for half an hour on 2 cores; the paper's shape at 200,000 passages takes longer (docs/measurements.md):
@@ -74,12 +74,12 @@ REHEARSAL := PATH=$(CURDIR)/$(BIN):$$PATH
 rehearsal: $(STAMP)
 	$(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal build --out results/rehearsal-data \
 		--passages $(PASSAGES) --dev-queries $(DEV_QUERIES) --beir-docs $(BEIR_DOCS) --long-queries $(LONG_QUERIES)
-	$(SHORT_JVM) $(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal watch --folder results \
+	$(SHORT_JVM) $(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal watch --folder results/rehearsal \
 		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
 	$(REHEARSAL) $(BIN)/splade-rescale calibrate --configfile config/rehearsal.yaml \
 		--out results/rehearsal/throughputs-cpu.json
 	$(REHEARSAL) $(BIN)/splade-rescale rehearsal-report --configfile config/rehearsal.yaml \
-		--throughputs results/rehearsal/throughputs-cpu.json --out-dir results/rehearsal
+		--throughputs results/rehearsal/throughputs-cpu.json
 
 # ruff (pyproject.toml [tool.ruff]) on the package, tests and benchmarks, and Snakemake's own lint of the
 # rules; tests/test_lint.py and tests/workflow/test_workflow.py run the same two checks in `make test`.

@@ -14,6 +14,7 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/settings.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/backbones.smk"
 include: "workflow/rules/norms.smk"

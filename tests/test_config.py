@@ -71,3 +71,22 @@ def test_load_config_reads_yaml(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_config("demo.yaml")))
     assert load_config(path)["experiment"] == "demo"
+
+
+def test_an_old_results_layout_is_refused_in_one_line(tmp_path):
+    from splade_rescale.config import check_results_layout
+
+    results = tmp_path / "results"
+    (results / "demo" / "models").mkdir(parents=True)  # the new layout: an experiment's folder
+    check_results_layout(results)
+    (results / "models").mkdir()  # the old layout: one experiment's outputs at the top
+    with pytest.raises(ConfigError) as err:
+        check_results_layout(results)
+    assert "results/models/ is a run of the old layout" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_experiment_cannot_be_named_like_a_results_folder():
+    config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    config["experiment"] = "models"
+    with pytest.raises(ConfigError, match=r"experiment = 'models'"):
+        validate_config(config)

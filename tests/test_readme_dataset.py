@@ -111,11 +111,13 @@ def test_readme_dataset_examples_run_their_bm25_chain(tmp_path: Path):
     build_beir(beir_spec, root)
     build_trec(trec_spec, root)
 
-    # "cp config/demo.yaml config/my.yaml, then replace its datasets: with the entries"
+    # "cp config/demo.yaml config/my.yaml, then set experiment: my and replace its datasets: with the entries"
+    experiment = Path(snake[1]).parts[1]  # results/<experiment>/...
     config = yaml.safe_load((root / template).read_text())
+    config["experiment"] = experiment
     config["datasets"] = {**blocks["beir_local"], **blocks["trec_local"]}
     (root / config_path).write_text(yaml.safe_dump(config, sort_keys=False))
-    targets = [f"results/metrics/bm25/{beir_name}.json", f"results/metrics/bm25/{trec_name}.json"]
+    targets = [f"results/{experiment}/metrics/bm25/{name}.json" for name in (beir_name, trec_name)]
     assert targets[0] in snake and "--configfile" in snake and config_path in snake, snake
 
     bin_dir = Path(sys.executable).parent  # splade-rescale, which every rule calls, lives beside python
@@ -123,8 +125,8 @@ def test_readme_dataset_examples_run_their_bm25_chain(tmp_path: Path):
     command = [*snake[:2], targets[1], *snake[2:]]  # the page's command, for both datasets
     proc = subprocess.run([sys.executable, "-m", *command], cwd=root, env=env, capture_output=True,
                           text=True, timeout=900)
-    logs = "\n".join(p.read_text() for p in (root / "results/logs").rglob("*.log")) if proc.returncode else ""
-    assert proc.returncode == 0, proc.stderr[-3000:] + logs[-3000:]
+    logs = "\n".join(p.read_text() for p in (root / "results" / experiment / "logs").rglob("*.log"))
+    assert proc.returncode == 0, proc.stderr[-3000:] + (logs[-3000:] if proc.returncode else "")
 
     beir = json.loads((root / targets[0]).read_text())
     assert beir["metric_set"] == "beir" and set(beir["metrics"]) == {"nDCG@10", "R@100", "R@1000"}

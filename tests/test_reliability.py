@@ -399,10 +399,10 @@ def _dry_run(root: Path, target: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("target,kind,known", [
-    ("results/summary/nope.json", "backbone", "minilm, minilm-x16"),
-    ("results/metrics/minilm/nope/scifact.json", "variant", "baseline, rescaled"),
-    ("results/metrics/minilm/baseline/nope.json", "dataset", "scifact, dl19-pool, dl20-pool"),
-    ("results/metrics/bm25/nope.json", "dataset", "scifact, dl19-pool, dl20-pool"),
+    ("results/demo/summary/nope.json", "backbone", "minilm, minilm-x16"),
+    ("results/demo/metrics/minilm/nope/scifact.json", "variant", "baseline, rescaled"),
+    ("results/demo/metrics/minilm/baseline/nope.json", "dataset", "scifact, dl19-pool, dl20-pool"),
+    ("results/demo/metrics/bm25/nope.json", "dataset", "scifact, dl19-pool, dl20-pool"),
 ])
 def test_unknown_name_in_a_target_is_named(workflow_copy: Path, target: str, kind: str, known: str) -> None:
     """Fault: a target path with a name the config does not have (a typo). Without the
@@ -415,6 +415,6 @@ def test_unknown_name_in_a_target_is_named(workflow_copy: Path, target: str, kin
 
 
 def test_known_name_target_still_plans(workflow_copy: Path) -> None:
-    proc = _dry_run(workflow_copy, "results/summary/minilm.json")
+    proc = _dry_run(workflow_copy, "results/demo/summary/minilm.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "backbone_summary" in proc.stdout

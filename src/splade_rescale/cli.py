@@ -96,7 +96,8 @@ def norms_table_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--spec", type=json_arg, required=True, help="the variant's config entry, as JSON"),
     p.add_argument("--backbone-norms", type=Path),
     p.add_argument("--reference-norms", type=Path),
-    p.add_argument("--probe", type=json_arg, help="the config's probe section, as JSON (vocab_transfer calibration)"),
+    p.add_argument("--probe", type=lambda text: json_arg(text) if text else None,
+                   help="the config's probe section, as JSON (vocab_transfer calibration; empty: none)"),
     p.add_argument("--out", required=True, type=Path),
 ))
 def rescale_cmd(args: argparse.Namespace) -> None:
@@ -134,26 +135,56 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
 
 @command("train", lambda p: (
     p.add_argument("--init", required=True, type=Path),
-    p.add_argument("--recipe", type=json_arg, required=True, help="resolved recipe, as JSON"),
+    p.add_argument("--recipe", type=json_arg, required=True, help="the run's trajectory keys of its recipe, as JSON"),
     p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
     p.add_argument("--examples", type=Path, help="mined examples JSONL (beir_local data)"),
     p.add_argument("--prepared", type=Path, help="the examples this recipe reads, from prepare-training-data"),
+    p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
+                   help='settings that do not change the run: {"training_cadence": {RUN: {log_every, ...}}}, as JSON'),
+    p.add_argument("--run", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
+    p.add_argument("--gpus", type=int, default=0, help="GPUs of the job: more than 1 starts it under torchrun (DDP)"),
     p.add_argument("--device", default="auto"),
     p.add_argument("--threads", type=int),
     p.add_argument("--checkpoints", required=True, type=Path),
     p.add_argument("--final", required=True, type=Path),
     p.add_argument("--log-csv", required=True, type=Path),
-    p.add_argument("--manifest", required=True, type=Path),
+    p.add_argument("--record", required=True, type=Path, help="the training record (training.json)"),
+    p.add_argument("--series", type=Path, help="per-step non-zeros (default: sparsity.csv beside the record)"),
 ))
 def train_cmd(args: argparse.Namespace) -> None:
-    """Train SPLADE; resumes from the last checkpoint; a collapse is recorded, not raised."""
+    """Train SPLADE; resumes from this run's last checkpoint; a non-finite stop is recorded, not raised."""
+    import os
+    import shutil
+
+    if args.gpus > 1 and "LOCAL_RANK" not in os.environ:  # one process per GPU, this same command in each
+        os.execvp("torchrun", ["torchrun", "--standalone", f"--nproc-per-node={args.gpus}",
+                               shutil.which("splade-rescale") or sys.argv[0], *sys.argv[1:]])
+    from splade_rescale.rule_params import RECIPE_CADENCE
     from splade_rescale.training.train import run_training
     set_threads(args.threads)
+    recipe = {**args.recipe, **(args.runtime.get("training_cadence") or {}).get(args.run, {})}
+    if missing := [k for k in RECIPE_CADENCE if k not in recipe]:
+        raise SystemExit(f"train: no {', '.join(missing)} for run {args.run!r}: give them in --recipe or in "
+                         "--runtime's training_cadence (the workflow sets it from the recipe)")
     data = {**args.data, "examples": str(args.examples)} if args.examples else args.data
     data = {**data, "prepared": str(args.prepared)} if args.prepared else data
-    manifest = run_training(args.init, args.final, args.log_csv, args.manifest, args.checkpoints, args.recipe,
-                            data, device=args.device)
-    log.info("training status: %s", manifest["status"])
+    record = run_training(args.init, args.final, args.log_csv, args.record, args.checkpoints, recipe, data,
+                          device=args.device, series_path=args.series)
+    log.info("training: %s after %d steps", record["status"], record["steps_done"])
+
+
+@command("judge-training", lambda p: (
+    p.add_argument("--record", required=True, type=Path, help="the run's training.json"),
+    p.add_argument("--series", required=True, type=Path, help="the run's sparsity.csv"),
+    p.add_argument("--floors", type=json_arg, required=True, help="the recipe's collapse_* keys, as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="the run's manifest: record, status and verdict"),
+))
+def judge_training_cmd(args: argparse.Namespace) -> None:
+    """The sparsity verdict on a finished run under the collapse floors (seconds; no model is loaded)."""
+    from splade_rescale.training.verdict import check_floors, judge_files
+    check_floors(args.floors)
+    manifest = judge_files(args.record, args.series, args.floors, args.out)
+    log.info("verdict: %s%s", manifest["status"], f" ({manifest['verdict']})" if manifest.get("verdict") else "")
 
 
 # --- data preparation (CPU jobs before any GPU job; ir_datasets caches in $IR_DATASETS_HOME) -----
@@ -380,8 +411,7 @@ def evaluate_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.atomic import write_json
     from splade_rescale.data.datasets import load_dataset, write_qrels
     from splade_rescale.evaluation.evaluate import efficiency_stats, run_evaluate
-    extra = {**dict(item.split("=", 1) for item in args.label), "dataset": args.name,
-             "dataset_note": args.dataset.get("note")}
+    extra = {**dict(item.split("=", 1) for item in args.label), "dataset": args.name}
     ds = load_dataset(args.name, args.dataset)
     qrels = ds.qrels
     if skip := collapsed(args.training_manifest) or skipped(args.index):
@@ -447,7 +477,7 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
 @command("plan", lambda p: (
     p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
     p.add_argument("--throughputs", type=Path, default=None, help="per-unit costs (default config/throughputs.json)"),
-    p.add_argument("--out", type=Path, default=Path("results/plan.md")),
+    p.add_argument("--out", type=Path, help="default results/{experiment}/plan.md"),
     p.add_argument("--cores", type=int, help="also schedule the run on this many cores: for a GPU config the GPU's "
                    "busy and idle hours; for a CPU config (device: cpu) the wall time, peak and final disk from the "
                    "throughputs' `cpu` section (default config/throughputs-cpu.json)"),
@@ -458,6 +488,7 @@ def plan_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs
     from splade_rescale.costs.plan import write_plan
     from splade_rescale.costs.schedule import schedule_config, uses_gpus
+    args.out = args.out or Path("results") / load_plan_config(args.configfile)["experiment"] / "plan.md"
     text = write_plan(args.configfile, args.throughputs, args.out)
     if args.cores and uses_gpus(load_plan_config(args.configfile)):
         result, section = schedule_config(args.configfile, args.throughputs, args.cores, args.gpus)
@@ -499,11 +530,13 @@ def calibrate_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--throughputs", required=True, type=Path, help="with a cpu section (splade-rescale calibrate)"),
     p.add_argument("--run", type=Path, default=Path(".")),
     p.add_argument("--targets", nargs="+", default=["all"]),
-    p.add_argument("--out-dir", type=Path, default=Path("results/rehearsal")),
+    p.add_argument("--out-dir", type=Path, help="default results/{experiment}"),
 ))
 def rehearsal_report_cmd(args: argparse.Namespace) -> None:
     """A finished run's measured table and the plan's prediction beside it (measured.md); fails outside +-35%."""
     from splade_rescale.costs.calibrate import report
+    from splade_rescale.costs.inputs import load_plan_config
+    args.out_dir = args.out_dir or args.run / "results" / load_plan_config(args.configfile)["experiment"]
     text, ok = report(args.configfile, args.throughputs, args.out_dir, args.run, args.targets)
     print(text)
     if not ok:

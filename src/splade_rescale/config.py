@@ -67,6 +67,23 @@ def query_max_length(encoding: dict[str, Any], dataset: dict[str, Any]) -> int:
     return int(encoding.get("query_max_length", 32))
 
 
+# The folders an experiment's outputs are made of (results/{experiment}/backbones, ...). Before outputs
+# went under results/{experiment}/, they lay at the top of results/: such a folder there is an old run.
+RESULT_FOLDERS = ("backbones", "norms", "models", "training", "data", "settings", "encoded", "indexes", "runs",
+                  "metrics", "summary", "tables", "figures", "logs", "benchmarks")
+
+
+def check_results_layout(results: Path) -> None:
+    """Refuse a ``results/`` that holds a run of the old layout (one experiment at its top): its files
+    would be neither reused nor updated, and silently left to pass for current ones."""
+    old = [name for name in RESULT_FOLDERS if (results / name).is_dir()]
+    if old:
+        raise ConfigError(
+            f"{results}/{old[0]}/ is a run of the old layout (outputs at the top of {results}/, now under "
+            f"{results}/<experiment>/); move it into its experiment's folder (mkdir {results}/demo && mv "
+            f"{' '.join(f'{results}/{n}' for n in old)} {results}/demo/) or delete it; nothing was run")
+
+
 def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None) -> None:
     """Raise :class:`ConfigError` with one line for the first problem found."""
     import jsonschema  # only workflow-config validation needs it (GPU images may lack it)
@@ -82,6 +99,9 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
 
     backbones = config["backbones"]
     variants = config["variants"]
+    if config["experiment"] in RESULT_FOLDERS:
+        raise ConfigError(f"experiment = {config['experiment']!r}: the name is one of the folders inside "
+                          f"results/<experiment>/ ({', '.join(RESULT_FOLDERS)}); choose another")
     if config["training"].get("seeds") is not None:
         check_seeds(config["training"]["seeds"], "training.seeds")
     if "bm25" in backbones:

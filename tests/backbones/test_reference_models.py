@@ -51,17 +51,17 @@ def test_a_reference_model_runs_through_the_chain_and_its_calibration_row_is_rig
         "published": {"source": "test figure", "scifact": PUBLISHED_SPLADE}}}
     config["bm25"] = {"published": {"source": "test BM25 figure", "scifact": PUBLISHED_BM25}}
     (work / "config/test.yaml").write_text(yaml.safe_dump(config))
-    targets = ["results/metrics/st-ref/reference/scifact.json", "results/metrics/bm25/scifact.json"]
+    targets = ["results/demo/metrics/st-ref/reference/scifact.json", "results/demo/metrics/bm25/scifact.json"]
     dry = snakemake(*targets, "-n", "--cores", "2", "--configfile", "config/test.yaml", cwd=work, env=ENV, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     for rule in ("train", "rescale_head", "norms_backbone", "fetch_backbone"):  # a reference skips all these
         assert f"rule {rule}:" not in dry.stdout, rule
     proc = snakemake(*targets, "--cores", "2", "--configfile", "config/test.yaml", cwd=work, env=ENV, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    manifest = json.loads((work / "results/models/st-ref/reference/manifest.json").read_text())
+    manifest = json.loads((work / "results/demo/models/st-ref/reference/manifest.json").read_text())
     assert manifest["status"] == "ok" and manifest["source"] == "sentence_transformers"
     # the reference's own doc length reached its corpus encode, the global query length its queries
-    corpus_stats = json.loads(next((work / "results/encoded/st-ref/reference/corpora").glob("*.stats.json"))
+    corpus_stats = json.loads(next((work / "results/demo/encoded/st-ref/reference/corpora").glob("*.stats.json"))
                               .read_text())
     assert corpus_stats["max_length"] == 48
     ours = json.loads((work / targets[0]).read_text())

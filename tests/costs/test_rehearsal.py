@@ -32,8 +32,8 @@ def test_rehearsal_dry_run_has_the_paper_structure():
         assert counts[rule] == models * datasets, rule
     assert counts["bm25_index"] == counts["prepare_corpus"] == corpora and counts["train"] == models
     assert counts == planned_jobs(load_plan_config(REPO / "config/rehearsal.yaml"))
-    assert re.search(r"results/indexes/modernbert-r-x16/rescaled/msmarco-like\b", rehearsal.stdout)
-    assert "results/indexes/bert-r/baseline/dl19" not in rehearsal.stdout
+    assert re.search(r"results/rehearsal/indexes/modernbert-r-x16/rescaled/msmarco-like\b", rehearsal.stdout)
+    assert "results/rehearsal/indexes/bert-r/baseline/dl19" not in rehearsal.stdout
 
 
 def _digest(folder):

@@ -54,7 +54,7 @@ def test_final_model_matches_sentence_transformers(arch: str, tmp_path: Path) ->
     model.save_pretrained(tmp_path / "init")
     tokenizer.save_pretrained(tmp_path / "init")
     recipe = resolve_recipe({"recipes": {"t": RECIPE}, "training": {"recipe": "t", "data": TRIPLES}}, arch, "v")
-    manifest = run_training(tmp_path / "init", tmp_path / "final", tmp_path / "log.csv", tmp_path / "manifest.json",
+    manifest = run_training(tmp_path / "init", tmp_path / "final", tmp_path / "log.csv", tmp_path / "training.json",
                             tmp_path / "ckpt", recipe, TRIPLES, device="cpu")
     assert manifest["status"] == "ok"
     final = tmp_path / "final"

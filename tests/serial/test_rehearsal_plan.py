@@ -27,8 +27,9 @@ from splade_rescale.costs.inputs import load_throughputs
 from splade_rescale.data.fixtures.rehearsal import build
 
 CONFIG = "config/rehearsal-small.yaml"
-TARGETS = ("results/indexes/bert-s/baseline/msmarco-like", "results/runs/bm25/dl19.trec")
-CALIBRATION_TARGETS = (*TARGETS, "results/indexes/modernbert-s/baseline/msmarco-like")
+RESULTS = "results/rehearsal-small"  # the config's experiment folder
+TARGETS = (f"{RESULTS}/indexes/bert-s/baseline/msmarco-like", f"{RESULTS}/runs/bm25/dl19.trec")
+CALIBRATION_TARGETS = (*TARGETS, f"{RESULTS}/indexes/modernbert-s/baseline/msmarco-like")
 
 
 def _rehearse(folder: Path, passages: int, targets: tuple[str, ...]) -> float:
@@ -40,8 +41,8 @@ def _rehearse(folder: Path, passages: int, targets: tuple[str, ...]) -> float:
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "splade_rescale.data.fixtures.rehearsal", "watch",
-                           "--folder", "results",
-                           "--out", "results/rehearsal/disk.tsv", "--every", "1", "--", sys.executable, "-m",
+                           "--folder", RESULTS,
+                           "--out", f"{RESULTS}/disk.tsv", "--every", "1", "--", sys.executable, "-m",
                            "snakemake", *targets, "--cores", "2", "--configfile", CONFIG],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,11 +60,12 @@ def _calibrate_then_predict(folder: Path) -> tuple[str, bool]:
     print(f"predicted run (3,000 passages, 1 model): {_rehearse(large, 3_000, TARGETS):.0f} s")
     threads = {j["rule"]: j["threads"] for j in dry_run_jobs(large / CONFIG, TARGETS, large)}
     assert set(threads) == {
-        "fetch_backbone", "rescale_head", "train", "encode_corpus", "impact_index", "bm25_index", "bm25_retrieve",
-        "prepare_corpus", "prepare_training_data"}  # data preparation: the corpus counted, the examples made local
+        "fetch_backbone", "rescale_head", "train", "judge_training", "encode_corpus", "impact_index", "bm25_index",
+        "bm25_retrieve", "prepare_corpus",
+        "prepare_training_data"}  # data preparation: the corpus counted, the examples made local
     # declared threads, not scaled down by the dry run: a schedule with 1-thread trainings ran them side by side
     assert threads["train"] == threads["encode_corpus"] == 2 and threads["fetch_backbone"] == 1
-    text, within = report(large / CONFIG, folder / "throughputs.json", large / "results/rehearsal", large, TARGETS)
+    text, within = report(large / CONFIG, folder / "throughputs.json", large / RESULTS, large, TARGETS)
     print(text)
     return text, within
 

@@ -47,8 +47,21 @@ def save_tiny_bert(folder: Path, decoder_bias: float = -0.35, dropout: float = 0
 
 def training_paths(out: Path) -> dict[str, Path]:
     """The output paths ``run_training`` takes, under ``out``."""
-    return {"final_dir": out / "final", "log_csv": out / "train_log.csv", "manifest_path": out / "manifest.json",
+    return {"final_dir": out / "final", "log_csv": out / "train_log.csv", "record_path": out / "training.json",
             "checkpoint_dir": out / "checkpoints"}
+
+
+def train_and_judge(init: Path, recipe: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """``run_training``, then the sparsity verdict on its record under the recipe's floors, as the
+    workflow's train and judge_training rules make it; the manifest (also written beside the record)."""
+    from splade_rescale.rule_params import verdict_floors
+    from splade_rescale.training.train import run_training
+    from splade_rescale.training.verdict import judge_files
+
+    run_training(init, recipe=recipe, **kwargs)
+    record = Path(kwargs["record_path"])
+    return judge_files(record, record.with_name("sparsity.csv"), verdict_floors(recipe),
+                       record.with_name("manifest.json"))
 
 
 def stored_dtypes(folder: Path) -> set[str]:

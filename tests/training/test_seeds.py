@@ -84,10 +84,10 @@ def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: 
     assert counts["encode_corpus"] == counts["impact_index"] == backbones * variants * seeds * corpora
     assert counts["evaluate"] == backbones * variants * seeds * datasets
     assert {k: v for k, v in planned_jobs(load_plan_config(path)).items()} == counts
-    assert "results/models/minilm/rescaled/seed-1/final" in proc.stdout
-    assert "results/metrics/minilm-x16/baseline/seed-0/scifact.json" in proc.stdout
-    assert "results/models/minilm/rescaled/init" in proc.stdout
-    assert "seed-0/init" not in proc.stdout and "results/norms/minilm/rescaled/seed" not in proc.stdout
+    assert "results/demo/models/minilm/rescaled/seed-1/final" in proc.stdout
+    assert "results/demo/metrics/minilm-x16/baseline/seed-0/scifact.json" in proc.stdout
+    assert "results/demo/models/minilm/rescaled/init" in proc.stdout
+    assert "seed-0/init" not in proc.stdout and "results/demo/norms/minilm/rescaled/seed" not in proc.stdout
 
     one = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", "config/demo.yaml")
     assert one.returncode == 0 and "seed-" not in one.stdout  # one seed: the paths as without seeds
@@ -117,11 +117,12 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 
 def _ndcg(root: Path, run: str) -> float:
-    return json.loads((root / f"results/metrics/tiny/{run}/scifact.json").read_text())["metrics"]["nDCG@10"]
+    metrics = root / f"results/seeds-test/metrics/tiny/{run}/scifact.json"
+    return json.loads(metrics.read_text())["metrics"]["nDCG@10"]
 
 
 def test_each_seed_has_its_chain_and_the_variant_one_init(two_seeds: Path) -> None:
-    models = two_seeds / "results/models/tiny"
+    models = two_seeds / "results/seeds-test/models/tiny"
     for variant in ("baseline", "rescaled"):
         assert (models / variant / "init").is_dir() and not (models / variant / "seed-0" / "init").exists()
         for seed in (0, 1):
@@ -132,7 +133,7 @@ def test_each_seed_has_its_chain_and_the_variant_one_init(two_seeds: Path) -> No
 
 
 def test_table_means_are_the_seeds_metrics_by_hand(two_seeds: Path) -> None:
-    tables = two_seeds / "results/tables"
+    tables = two_seeds / "results/seeds-test/tables"
     rows = {(r["backbone"], r["variant"]): r for r in _csv_rows(tables / "beir.csv")}
     by_hand = [_ndcg(two_seeds, f"baseline/seed-{s}") for s in (0, 1)]
     baseline = rows[("tiny", "baseline")]
@@ -151,11 +152,11 @@ def test_table_means_are_the_seeds_metrics_by_hand(two_seeds: Path) -> None:
 
 
 def test_training_table_counts_collapsed_seeds_and_gives_each_seeds_reason(two_seeds: Path) -> None:
-    rows = _csv_rows(two_seeds / "results/tables/training.csv")
+    rows = _csv_rows(two_seeds / "results/seeds-test/tables/training.csv")
     rescaled = [r for r in rows if r["variant"] == "rescaled"]
     assert [r["seed"] for r in rescaled] == ["all", "0", "1"]
     assert rescaled[0]["status"] == "1/2 collapsed"
     assert rescaled[2]["status"].startswith("collapsed (all-zero: ") and "1000000" in rescaled[2]["reason"]
     assert rescaled[2]["collapse step"]
     assert [r["status"] for r in rows if r["variant"] == "baseline"] == ["0/2 collapsed", "ok", "ok"]
-    assert (two_seeds / "results/figures/training_curves.png").stat().st_size > 5000
+    assert (two_seeds / "results/seeds-test/figures/training_curves.png").stat().st_size > 5000

@@ -22,8 +22,8 @@ from splade_rescale.data.datasets import iter_triples_tsv
 from splade_rescale.model.splade import cpu_has_amx, uses_bf16
 from splade_rescale.training.data import TrainingDataError, example_stream, load_teacher_scores
 from splade_rescale.training.recipes import TrainingConfigError, resolve_recipe
-from splade_rescale.training.train import LOG_COLUMNS, run_training
-from support.training import TINY, save_tiny_bert, stored_dtypes, tiny_recipe, training_paths
+from splade_rescale.training.train import LOG_COLUMNS
+from support.training import TINY, save_tiny_bert, stored_dtypes, tiny_recipe, train_and_judge, training_paths
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +52,11 @@ def test_shipped_recipes_resolve() -> None:
 
 def test_normal_run_logs_and_records_ok(tiny_bert: Path, tmp_path: Path) -> None:
     paths = training_paths(tmp_path)
-    manifest = run_training(tiny_bert, recipe=tiny_recipe(), data_spec=TRIPLES, device="cpu", **paths)
+    manifest = train_and_judge(tiny_bert, recipe=tiny_recipe(), data_spec=TRIPLES, device="cpu", **paths)
     assert manifest["status"] == "ok" and manifest["steps_done"] == 6 and manifest["verdict"] is None
     assert min(manifest["sparsity"]["mean_nnz_q"], manifest["sparsity"]["mean_nnz_d"]) > 10 * 16  # far from the floors
-    assert json.loads(paths["manifest_path"].read_text())["status"] == "ok"
+    assert json.loads((tmp_path / "manifest.json").read_text())["status"] == "ok"
+    assert json.loads(paths["record_path"].read_text())["status"] == "ok"
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == LOG_COLUMNS and [int(r["step"]) for r in rows] == list(range(1, 7))
@@ -77,8 +78,8 @@ def test_broken_run_is_recorded_as_collapsed(tmp_path: Path, breakage: str, reas
             model.bert.embeddings.LayerNorm.weight[0] = float("nan")
         model.save_pretrained(init)
     paths = training_paths(tmp_path / "out")
-    manifest = run_training(init, recipe=tiny_recipe(steps=3, flops_warmup_steps=2), data_spec=TRIPLES, device="cpu",
-                            **paths)
+    manifest = train_and_judge(init, recipe=tiny_recipe(steps=3, flops_warmup_steps=2), data_spec=TRIPLES, device="cpu",
+                               **paths)
     assert manifest["status"] == "collapsed" and reason in manifest["reason"]
     # Non-finite stops at once; sparsity is judged after all steps, dating the collapse to when
     # the vectors became (and stayed) all-zero / near-dense: here from the start.
@@ -95,8 +96,8 @@ def test_head_dense_at_init_that_training_sparsifies_is_ok(tmp_path: Path) -> No
     its rescaled twin are) was stopped before the FLOPS regulariser had acted."""
     init = save_tiny_bert(tmp_path / "init", decoder_bias=0.3)
     paths = training_paths(tmp_path / "out")
-    manifest = run_training(init, recipe=tiny_recipe(**FAST, steps=10, lr=3.0e-2, lambda_q=1.0e-2, lambda_d=1.0e-2),
-                            data_spec=TRIPLES, device="cpu", **paths)
+    manifest = train_and_judge(init, recipe=tiny_recipe(**FAST, steps=10, lr=3.0e-2, lambda_q=1.0e-2, lambda_d=1.0e-2),
+                               data_spec=TRIPLES, device="cpu", **paths)
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
     assert all(float(r["nnz_d"]) > 0.5 * 30522 for r in rows[:5])  # near-dense for 5 steps ...
@@ -108,7 +109,7 @@ def test_head_dense_at_init_that_training_sparsifies_is_ok(tmp_path: Path) -> No
 def test_run_that_goes_all_zero_after_warmup_is_collapsed(tmp_path: Path) -> None:
     init = save_tiny_bert(tmp_path / "init")  # sparse but not empty at initialisation
     paths = training_paths(tmp_path / "out")
-    manifest = run_training(init, recipe=tiny_recipe(**FAST, steps=10, lr=0.1, lambda_q=100.0, lambda_d=100.0,
+    manifest = train_and_judge(init, recipe=tiny_recipe(**FAST, steps=10, lr=0.1, lambda_q=100.0, lambda_d=100.0,
                                                  collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
@@ -125,7 +126,7 @@ def test_run_that_goes_near_empty_after_warmup_is_collapsed_with_its_reason(tmp_
     stand-in reaches in the miniature, which the all-zero floor alone called ok."""
     init = save_tiny_bert(tmp_path / "init")
     paths = training_paths(tmp_path / "out")
-    manifest = run_training(init, recipe=tiny_recipe(**FAST, steps=12, lr=0.1, lambda_q=0.1, lambda_d=0.1,
+    manifest = train_and_judge(init, recipe=tiny_recipe(**FAST, steps=12, lr=0.1, lambda_q=0.1, lambda_d=0.1,
                                                  collapse_window=3), data_spec=TRIPLES, device="cpu", **paths)
     with open(paths["log_csv"]) as f:
         rows = list(csv.DictReader(f))
@@ -142,7 +143,7 @@ def test_bf16_checkpoint_trains_with_fp32_weights(tmp_path: Path) -> None:
     AutoModelForMaskedLM.from_pretrained(init).to(torch.bfloat16).save_pretrained(init)
     assert stored_dtypes(init) == {"BF16"}
     paths = training_paths(tmp_path / "out")
-    manifest = run_training(init, recipe=tiny_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
+    manifest = train_and_judge(init, recipe=tiny_recipe(steps=1), data_spec=TRIPLES, device="cpu", **paths)
     assert stored_dtypes(paths["final_dir"]) == {"F32"}
     assert manifest["dtype"] == "float32" and not manifest["bf16_autocast"]
 
@@ -198,7 +199,8 @@ def test_distillation_trains_on_teacher_scores(tiny_bert: Path, tmp_path: Path) 
             te.write(f"q{i}\tp{i}\t{10 + i % 3}\nq{i}\tn{i}\t{i % 5}\n")
     spec = {"source": "examples_jsonl", "path": str(examples)}
     recipe = tiny_recipe(steps=2, loss="margin_mse", teacher_scores=str(teacher))
-    manifest = run_training(tiny_bert, recipe=recipe, data_spec=spec, device="cpu", **training_paths(tmp_path / "out"))
+    manifest = train_and_judge(tiny_bert, recipe=recipe, data_spec=spec, device="cpu",
+                               **training_paths(tmp_path / "out"))
     assert manifest["status"] == "ok" and manifest["last_log"]["loss_rank"] > 0
 
 
@@ -217,7 +219,7 @@ def test_auto_precision_is_bf16_on_cuda_and_on_amx_cpus_only(device: str, precis
 
 def test_auto_precision_on_this_cpu_follows_its_amx_flag_in_the_manifest(tmp_path: Path) -> None:
     init = save_tiny_bert(tmp_path / "init")
-    manifest = run_training(init, recipe={**tiny_recipe(steps=1), "precision": "auto"}, data_spec=TRIPLES, device="cpu",
-                            **training_paths(tmp_path / "out"))
+    manifest = train_and_judge(init, recipe={**tiny_recipe(steps=1), "precision": "auto"}, data_spec=TRIPLES,
+                               device="cpu", **training_paths(tmp_path / "out"))
     assert manifest["bf16_autocast"] is cpu_has_amx()
     assert manifest["status"] == "ok"

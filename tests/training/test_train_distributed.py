@@ -34,7 +34,7 @@ def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
     p = training_paths(out)
     return [sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init),
             "--final-dir", str(p["final_dir"]),
-            "--log-csv", str(p["log_csv"]), "--manifest", str(p["manifest_path"]),
+            "--log-csv", str(p["log_csv"]), "--record", str(p["record_path"]),
             "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
             "--data-json", json.dumps(TRIPLES), "--device", "cpu"]
 

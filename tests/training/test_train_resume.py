@@ -1,15 +1,18 @@
-"""The training curve survives a failed job: the workflow's real `train` rule, killed and rerun.
+"""Resuming a killed training run: the workflow's real `train` rule, and the trainer after a change.
 
 Snakemake deletes a failed job's declared outputs, train_log.csv among them, but not the
 checkpoints folder (a param). The rows up to a checkpoint live inside it, so the rerun's
-curve still starts at step 1.
+curve still starts at step 1. A checkpoint carries the fingerprint of its run: after a change of
+init, recipe or examples the rerun starts over instead of continuing another run's weights.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,13 +20,16 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from transformers import AutoModelForMaskedLM
 
 from conftest import REPO, TRIPLES
-from support.training import TINY, save_tiny_bert
+from splade_rescale.training.train import run_training
+from support.training import TINY, save_tiny_bert, tiny_recipe, training_paths
 from support.workflow import ENV, copy_workflow
 
-MODEL = Path("results/models/minilm/baseline")
+MODEL = Path("results/demo/models/minilm/baseline")
 RECIPE = {**TINY, "source": "tests", "steps": 8, "grad_accumulation": 1, "log_every": 1, "checkpoint_every": 4}
 
 
@@ -113,3 +119,71 @@ def test_rows_up_to_the_checkpoint_survive_snakemake_deleting_the_failed_jobs_lo
     # Steps 5 and 6 are trained again from the checkpoint, to the same losses.
     assert [r["loss"] for r in resumed[4:6]] == [r["loss"] for r in killed[4:6]]
     assert not (workflow / MODEL / "checkpoints").exists()
+
+
+# ---------------------------------------------------------------------------- a checkpoint of another run
+
+def _weights(final: Path) -> dict:
+    return AutoModelForMaskedLM.from_pretrained(final).state_dict()
+
+
+def _killed_after_a_checkpoint(init: Path, out: Path, recipe: dict) -> None:
+    """A trainer run (its own process) killed once it has written a checkpoint, as a node crash leaves it."""
+    p = training_paths(out)
+    job = subprocess.Popen([sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init),
+                            "--final-dir", str(p["final_dir"]), "--log-csv", str(p["log_csv"]),
+                            "--record", str(p["record_path"]), "--checkpoint-dir", str(p["checkpoint_dir"]),
+                            "--recipe-json", json.dumps(recipe), "--data-json", json.dumps(TRIPLES),
+                            "--device", "cpu"], env={**ENV, "OMP_NUM_THREADS": "1"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(p["checkpoint_dir"].glob("step-*.pt")):  # written atomically: present means whole
+        assert job.poll() is None and time.monotonic() < deadline, "the trainer ended before its first checkpoint"
+        time.sleep(0.005)
+    job.send_signal(signal.SIGSTOP)  # frozen with a checkpoint on disk, then killed as a crash would
+    job.kill()
+    job.wait(timeout=60)
+    assert list(p["checkpoint_dir"].glob("step-*.pt")) and not p["record_path"].exists()
+
+
+@pytest.mark.parametrize("change", ["init", "lr", "examples"])
+def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path: Path, change: str) -> None:
+    """Killed, then rerun after a change of its init (another factor, say), its recipe or its training
+    examples: the rerun starts over, logging what differs, and ends with the weights of an uninterrupted
+    run of the new settings. A change of cadence alone resumes."""
+    first = save_tiny_bert(tmp_path / "init-a")
+    recipe = tiny_recipe(steps=12, checkpoint_every=2, keep_checkpoints=1)
+    data = {**TRIPLES, "prepared": str(tmp_path / "examples.jsonl")} if change == "examples" else TRIPLES
+    second, new_recipe, new_data = first, recipe, data
+    if change == "init":
+        second = save_tiny_bert(tmp_path / "init-b", decoder_bias=-0.3)
+    elif change == "lr":
+        new_recipe = {**recipe, "lr": 2.0e-3}
+    if change == "examples":  # the same run's prepared examples, written again with one text changed
+        from splade_rescale.training.data import prepare_examples
+
+        prepare_examples(TRIPLES, {"seed": 0, "shuffle_buffer": 16, "teacher_scores": None, "examples": 48},
+                         tmp_path / "examples.jsonl")
+    out = tmp_path / "out"
+    _killed_after_a_checkpoint(first, out, {**recipe, "log_every": 3})
+    if change == "examples":
+        lines = (tmp_path / "examples.jsonl").read_text().splitlines(keepends=True)
+        lines[0] = lines[0].replace('"query": "', '"query": "edited ', 1)
+        (tmp_path / "examples.jsonl").write_text("".join(lines))
+    run_training(second, recipe=new_recipe, data_spec=new_data, device="cpu", **training_paths(out))
+    log = (out / "train.log").read_text()
+    differs = re.search(r"checkpoint of another run \(([^)]*) differ\); starting over", log)
+    assert "resumed from" not in log and differs, log[-2000:]
+    assert differs.group(1) == {"init": "init", "lr": "recipe", "examples": "examples"}[change]
+    run_training(second, recipe=new_recipe, data_spec=new_data, device="cpu", **training_paths(tmp_path / "fresh"))
+    got, want = _weights(out / "final"), _weights(tmp_path / "fresh" / "final")
+    assert all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_a_change_of_cadence_alone_resumes(tmp_path: Path) -> None:
+    init = save_tiny_bert(tmp_path / "init")
+    recipe = tiny_recipe(steps=12, checkpoint_every=2, keep_checkpoints=1)
+    _killed_after_a_checkpoint(init, tmp_path / "out", recipe)
+    run_training(init, recipe={**recipe, "log_every": 4, "checkpoint_every": 3}, data_spec=TRIPLES, device="cpu",
+                 **training_paths(tmp_path / "out"))
+    assert "resumed from" in (tmp_path / "out" / "train.log").read_text()

@@ -2,13 +2,14 @@
 cores, 8-10 beside the other tests).
 
 One session-scoped run of ``snakemake all --cores 2 --configfile config/demo.yaml`` in a
-temporary copy (Snakefile, workflow/, config/, resources/), shared by every test here:
+temporary copy (Snakefile, workflow/, config/, resources/), shared by every test here (one module,
+so that pytest-xdist runs it once, on one worker):
 
-* every output the paper's tables and figures need exists, for each backbone x variant x
-  dataset and for BM25;
+* every output the paper's tables and figures need exists under results/demo/, for each
+  backbone x variant x dataset and for BM25;
 * a second ``snakemake all -n`` has nothing to do (no output is taken as stale);
-* changing one backbone's settings reruns only that backbone's chain (+ the tables/figures
-  and the norms table), nothing of the other backbone or of BM25;
+* the rerun matrix: after one edit each (a config key, a recipe value, a data file in place, a new
+  dataset or variant, another experiment), a dry run plans exactly the jobs that edit changes;
 * a deleted run file, asked for again, reruns only what is downstream of it (retrieve ->
   evaluate -> summary -> tables/figures), not the encoding, indexing or training before it;
 * ``snakemake --report`` builds.
@@ -16,11 +17,16 @@ temporary copy (Snakefile, workflow/, config/, resources/), shared by every test
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import time
 from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 import yaml
@@ -30,6 +36,9 @@ from support.workflow import copy_workflow, job_counts, snakemake
 pytestmark = pytest.mark.slow
 
 DEMO_CONFIG = "config/demo.yaml"
+RESULTS = "results/demo"
+RECIPES = "config/recipes.yaml"
+POOL = "resources/demo/msmarco-dl19-dl20-demo"
 
 
 def planned_jobs(output: str) -> list[dict]:
@@ -42,30 +51,20 @@ def planned_jobs(output: str) -> list[dict]:
     return jobs
 
 
-def job_keys(jobs: list[dict]) -> Counter:
-    return Counter((j["rule"], tuple(sorted(j["wildcards"].items()))) for j in jobs)
-
-
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The finished demo in a temporary copy of the workflow (run once per test session)."""
     root = copy_workflow(tmp_path_factory.mktemp("demo-workflow"), resources=None)
     plan = snakemake("all", "-n", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=root)
     assert plan.returncode == 0, plan.stderr[-3000:]
-    (root / "plan.txt").write_text(plan.stdout + plan.stderr)  # the whole DAG, for the rerun tests
     t0 = time.monotonic()
     proc = snakemake("all", "--cores", "2", "--configfile", DEMO_CONFIG, cwd=root, timeout=3600)
     if proc.returncode != 0:
-        logs = "".join(f"\n--- {p}\n{p.read_text()[-1500:]}" for p in sorted((root / "results/logs").rglob("*.log"))
+        logs = "".join(f"\n--- {p}\n{p.read_text()[-1500:]}" for p in sorted((root / RESULTS / "logs").rglob("*.log"))
                        if "error" in p.read_text().lower())
         pytest.fail(f"demo workflow failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}{logs[-6000:]}")
     print(f"demo workflow: {time.monotonic() - t0:.0f} s")
     return root
-
-
-@pytest.fixture(scope="session")
-def full_plan(demo: Path) -> list[dict]:
-    return planned_jobs((demo / "plan.txt").read_text())
 
 
 @pytest.fixture(scope="session")
@@ -75,14 +74,12 @@ def demo_config(demo: Path) -> dict:
 
 
 def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
-    import json
-
     from splade_rescale.report.figures import FORMATS as FIGURE_FORMATS
     from splade_rescale.report.figures import figure_names
     from splade_rescale.report.tables import FORMATS as TABLE_FORMATS
     from splade_rescale.report.tables import table_names
 
-    res = demo / "results"
+    res = demo / RESULTS
     backbones, variants, datasets = (list(demo_config[k]) for k in ("backbones", "variants", "datasets"))
     expected = [res / "tables/norms.md", res / "tables/norms.csv"]
     for b in backbones:
@@ -123,45 +120,11 @@ def test_rerun_has_nothing_to_do(demo: Path) -> None:
     assert "Job stats:" not in proc.stdout
 
 
-def test_runtime_settings_rerun_nothing(demo: Path) -> None:
-    """Batch size, device, shard size, size budgets and Lucene threads change how fast a job runs,
-    not what it writes: after a finished demo, editing them plans no job (no encode, index, retrieve)."""
-    with open(demo / DEMO_CONFIG) as f:
-        config = yaml.safe_load(f)
-    config["device"] = "cpu"
-    config["encoding"].update(batch_size=7, shard_size=1234, index_budget_gb=55, model_budget_gb=66)
-    config["retrieval"]["threads"] = 2
-    changed = demo / "config/demo-runtime.yaml"
-    changed.write_text(yaml.safe_dump(config))
-    proc = snakemake("all", "-n", "--cores", "2", "--configfile", str(changed), cwd=demo)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Nothing to be done" in proc.stdout + proc.stderr, planned_jobs(proc.stdout)
-
-
-def test_changing_one_backbone_reruns_only_its_chain(demo: Path, full_plan: list[dict]) -> None:
-    text = (demo / DEMO_CONFIG).read_text()
-    assert text.count("inflate_head: 16") == 1
-    changed = demo / "config/demo-x8.yaml"
-    changed.write_text(text.replace("inflate_head: 16", "inflate_head: 8"))
-    proc = snakemake("all", "-n", "--cores", "2", "--configfile", str(changed), cwd=demo)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = planned_jobs(proc.stdout + proc.stderr)
-    # exactly minilm-x16's whole chain (fetch -> norms -> rescale -> train -> encode -> index ->
-    # retrieve -> evaluate -> summary) and the aggregates that read it; nothing of minilm or BM25
-    chain = [j for j in full_plan if j["wildcards"].get("backbone") == "minilm-x16"]
-    aggregates = [j for j in full_plan if j["rule"] in ("norms_table", "tables", "figures", "all")]
-    assert len(chain) > 10 and len(aggregates) == 4
-    assert job_keys(jobs) == job_keys(chain + aggregates)
-    assert job_counts(proc.stdout)["total"] == len(jobs)
-    assert not any(p.startswith(("results/runs/bm25", "results/metrics/bm25", "results/training"))
-                   or "/minilm/" in p for j in jobs for p in j["output"])
-
-
 def test_deleting_one_run_reruns_only_what_follows(demo: Path, tmp_path: Path) -> None:
     """A deleted intermediate is not silently regenerated by `all` (Snakemake leaves a missing file
     alone while everything that reads it is up to date); asked for, it reruns with exactly what
     depends on it: retrieve -> evaluate -> the backbone's summary -> tables and figures."""
-    target = "results/runs/minilm/baseline/scifact.trec"
+    target = f"{RESULTS}/runs/minilm/baseline/scifact.trec"
     run = demo / target
     aside = tmp_path / "scifact.trec"
     os.replace(run, aside)  # keeps its mtime for the restore
@@ -174,18 +137,235 @@ def test_deleting_one_run_reruns_only_what_follows(demo: Path, tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = planned_jobs(proc.stdout + proc.stderr)
     outputs = {p for j in jobs for p in j["output"] if p}
-    assert {target, "results/metrics/minilm/baseline/scifact.json", "results/summary/minilm.json"} <= outputs
+    assert {target, f"{RESULTS}/metrics/minilm/baseline/scifact.json", f"{RESULTS}/summary/minilm.json"} <= outputs
     assert {j["rule"] for j in jobs} >= {"tables", "figures", "all"} and len(jobs) == 6
     assert job_counts(proc.stdout) == {**Counter(j["rule"] for j in jobs), "total": len(jobs)}
-    upstream = ("results/encoded/", "results/indexes/", "results/models/", "results/backbones/", "results/norms/",
-                "results/training/")
+    upstream = tuple(f"{RESULTS}/{folder}/" for folder in ("encoded", "indexes", "models", "backbones", "norms",
+                                                           "training"))
     assert not [p for p in outputs if p.startswith(upstream)]  # no encode, index, train, ... job
     assert all(j["wildcards"] in ({}, {"backbone": "minilm"},
                                   {"backbone": "minilm", "variant": "baseline", "dataset": "scifact"}) for j in jobs)
 
 
 def test_report_builds(demo: Path) -> None:
-    report = demo / "results/report.html"
+    report = demo / RESULTS / "report.html"
     proc = snakemake("--report", str(report.relative_to(demo)), "--configfile", DEMO_CONFIG, cwd=demo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report.is_file() and report.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------- the rerun matrix
+
+# Aggregates that follow any change of a metric or a training record (`all` is the target itself).
+REPORTS = {"backbone_summary": 2, "tables": 1, "figures": 1, "all": 1}
+ONE_BACKBONE_REPORTS = {"backbone_summary": 1, "tables": 1, "figures": 1, "all": 1}
+NOTHING: dict[str, int] = {}
+
+
+@dataclass
+class Edit:
+    """One row: what is edited, and the jobs per rule a dry run then plans."""
+
+    name: str
+    expected: dict[str, int]
+    config: Callable[[dict], None] | None = None   # edits a copy of the demo config
+    files: Callable[[Path], None] | None = None    # edits files of the workflow folder in place
+    touches: tuple[str, ...] = ()                  # the files ``files`` edits (restored after the row)
+    planned: Callable[[list[dict]], None] | None = None  # a further check on the planned jobs
+    configfile: str | None = None                  # another whole config instead of an edited demo one
+
+
+def _recipe(key: str, value) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        path = root / RECIPES
+        text = path.read_text()
+        block = text.index("  demo-cpu:")
+        head, rest = text[:block], text[block:]
+        new, n = re.subn(rf"^(    {key}: ).*$", rf"\g<1>{value}", rest, count=1, flags=re.M)
+        assert n == 1, key
+        path.write_text(head + new)
+    return edit
+
+
+def _typo_in_source(root: Path) -> None:
+    path = root / RECIPES
+    text = path.read_text()
+    assert "sized for the offline demo" in text
+    path.write_text(text.replace("sized for the offline demo", "sized for teh offline demo", 1))
+
+
+def _drop_qrels_line(root: Path) -> None:
+    """One judgment of DL19 removed: a query with several judged passages keeps the judged query set."""
+    path = root / POOL / "qrels.dl19.txt"
+    lines = path.read_text().splitlines(keepends=True)
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line.split()[0]] = counts.get(line.split()[0], 0) + 1
+    drop = next(i for i, line in enumerate(lines) if counts[line.split()[0]] > 1)
+    path.write_text("".join(lines[:drop] + lines[drop + 1:]))
+
+
+def _edit_pool_passage(root: Path) -> None:
+    """One passage of the DL19/DL20 pool corpus reworded (ids unchanged)."""
+    path = root / POOL / "corpus.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f]
+    key = "contents" if "contents" in docs[0] else "text"
+    docs[0][key] = "an edited passage about aziz hashim and the river " + docs[0][key]
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(d) + "\n" for d in docs)
+
+
+def _edit_dl20_query(root: Path) -> None:
+    path = root / POOL / "queries.dl20.tsv"
+    lines = path.read_text().splitlines(keepends=True)
+    qid, text = lines[0].rstrip("\n").split("\t", 1)
+    path.write_text("".join([f"{qid}\t{text} exactly\n", *lines[1:]]))
+
+
+def _runtime(config: dict) -> None:
+    config["device"] = "cpu"
+    config["encoding"].update(batch_size=7, shard_size=1234, index_budget_gb=55, model_budget_gb=66, threads=2)
+    config["retrieval"]["threads"] = 2
+    config["training"]["threads"] = 2
+
+
+def _new_scifact_subset(config: dict) -> None:
+    config["datasets"]["scifact-b"] = {**config["datasets"]["scifact"],
+                                       "subset": {**config["datasets"]["scifact"]["subset"], "seed": 1}}
+
+
+def _only_dataset(name: str) -> Callable[[list[dict]], None]:
+    def check(jobs: list[dict]) -> None:
+        searched = {j["wildcards"]["dataset"] for j in jobs if j["rule"] in ("impact_retrieve", "bm25_retrieve")}
+        assert searched == {name}, searched
+    return check
+
+
+def _only_variant(name: str) -> Callable[[list[dict]], None]:
+    def check(jobs: list[dict]) -> None:
+        variants = {j["wildcards"]["variant"] for j in jobs if "variant" in j["wildcards"]}
+        assert variants == {name}, variants
+    return check
+
+
+def _only_backbone(name: str) -> Callable[[list[dict]], None]:
+    def check(jobs: list[dict]) -> None:
+        backbones = {j["wildcards"]["backbone"] for j in jobs if "backbone" in j["wildcards"]}
+        assert backbones == {name}, backbones
+    return check
+
+
+def _own_folder(jobs: list[dict]) -> None:
+    outputs = [p for j in jobs for p in j["output"] if p]
+    assert outputs and all(p.startswith("results/miniature/") for p in outputs), \
+        [p for p in outputs if not p.startswith("results/miniature/")][:5]
+
+
+MODEL_CHAIN = {"encode_corpus": 8, "impact_index": 8, "encode_queries": 4, "impact_retrieve": 12, "evaluate": 12}
+
+# The rerun matrix: edit -> the jobs per rule it plans (the demo: 2 backbones x 2 variants, 3 datasets over
+# 2 corpora, the DL19/DL20 pool shared). Every count is exact.
+EDITS = [
+    Edit("a typo fixed in the recipe's source (prose)", NOTHING, files=_typo_in_source, touches=(RECIPES,)),
+    Edit("log_every 2 -> 3 (logging cadence)", NOTHING, files=_recipe("log_every", 3), touches=(RECIPES,)),
+    Edit("checkpoint_every 8 -> 4 (checkpoint cadence)", NOTHING, files=_recipe("checkpoint_every", 4),
+         touches=(RECIPES,)),
+    Edit("a dataset's note reworded", {"tables": 1, "all": 1},
+         config=lambda c: c["datasets"]["dl19-pool"].update(note="pooled MS MARCO passages, reworded")),
+    Edit("train_gpus: 0 added to a backbone", NOTHING,
+         config=lambda c: c["backbones"]["minilm"].update(train_gpus=0)),
+    Edit("runtime settings: device, batch and shard sizes, budgets, threads", NOTHING, config=_runtime),
+    Edit("one line removed from the DL19 qrels file, in place",
+         {"settings": 1, "evaluate": 4, "evaluate_bm25": 1, **REPORTS},
+         files=_drop_qrels_line, touches=(f"{POOL}/qrels.dl19.txt",)),
+    Edit("one query of DL20 reworded in its file, in place",
+         {"settings": 2, "encode_queries": 4, "impact_retrieve": 4, "bm25_retrieve": 1, "evaluate": 4,
+          "evaluate_bm25": 1, **REPORTS},
+         files=_edit_dl20_query, touches=(f"{POOL}/queries.dl20.tsv",), planned=_only_dataset("dl20-pool")),
+    Edit("one passage of the DL19/DL20 pool corpus reworded, in place",
+         {"prepare_corpus": 1, "bm25_index": 1, "bm25_retrieve": 2, "evaluate_bm25": 2, "encode_corpus": 4,
+          "impact_index": 4, "impact_retrieve": 8, "evaluate": 8, **REPORTS},
+         files=_edit_pool_passage, touches=(f"{POOL}/corpus.jsonl.gz",)),
+    Edit("a dataset added (a second SciFact subset)",
+         {"settings": 2, "prepare_corpus": 1, "bm25_index": 1, "bm25_retrieve": 1, "evaluate_bm25": 1,
+          "encode_corpus": 4, "impact_index": 4, "encode_queries": 4, "impact_retrieve": 4, "evaluate": 4, **REPORTS},
+         config=_new_scifact_subset, planned=_only_dataset("scifact-b")),
+    Edit("the rescaled variant's factor 1/16 -> 1/8",
+         {"rescale_head": 2, "norms_variant": 2, "norms_table": 1, "train": 2, "judge_training": 2,
+          "encode_corpus": 4, "impact_index": 4, "encode_queries": 2, "impact_retrieve": 6, "evaluate": 6, **REPORTS},
+         config=lambda c: c["variants"]["rescaled"].update(factor="1/8"), planned=_only_variant("rescaled")),
+    Edit("a variant added (factor 1/4)",
+         {"rescale_head": 2, "norms_variant": 2, "norms_table": 1, "train": 2, "judge_training": 2,
+          "encode_corpus": 4, "impact_index": 4, "encode_queries": 2, "impact_retrieve": 6, "evaluate": 6, **REPORTS},
+         config=lambda c: c["variants"].update(k4={"policy": "constant", "factor": "1/4"}),
+         planned=_only_variant("k4")),
+    Edit("lr 5e-5 -> 6e-5 (the recipe)", {"train": 4, "judge_training": 4, **MODEL_CHAIN, **REPORTS},
+         files=_recipe("lr", "6.0e-5"), touches=(RECIPES,)),
+    Edit("a collapse floor changed (a judgement, not the weights)", {"judge_training": 4, **REPORTS},
+         config=lambda c: c["training"].update(overrides={b: {"collapse_near_empty_d": 17.0}
+                                                          for b in ("minilm", "minilm-x16")})),
+    Edit("BEIR query length 256 -> 128 (SciFact's queries only)",
+         {"settings": 1, "encode_queries": 4, "impact_retrieve": 4, "evaluate": 4, **REPORTS},
+         config=lambda c: c["encoding"].update(beir_query_max_length=128), planned=_only_dataset("scifact")),
+    Edit("document length 64 -> 48", {"settings": 2, "encode_corpus": 8, "impact_index": 8, "impact_retrieve": 12,
+                                      "evaluate": 12,
+                                      **REPORTS},
+         config=lambda c: c["encoding"].update(doc_max_length=48)),
+    Edit("exclude_self off on SciFact", {"settings": 2, "impact_retrieve": 4, "bm25_retrieve": 1, "evaluate": 4,
+                                         "evaluate_bm25": 1,
+                                         **REPORTS},
+         config=lambda c: c["datasets"]["scifact"].update(exclude_self=False), planned=_only_dataset("scifact")),
+    Edit("retrieval depth k 1000 -> 100", {"settings": 3, "impact_retrieve": 12, "bm25_retrieve": 3, "evaluate": 12,
+                                           "evaluate_bm25": 3, **REPORTS},
+         config=lambda c: c["retrieval"].update(k=100)),
+    Edit("one backbone's head inflation 16 -> 8",
+         {"fetch_backbone": 1, "norms_backbone": 1, "rescale_head": 2, "norms_variant": 2, "norms_table": 1,
+          "train": 2, "judge_training": 2, "encode_corpus": 4, "impact_index": 4, "encode_queries": 2,
+          "impact_retrieve": 6, "evaluate": 6, **ONE_BACKBONE_REPORTS},
+         config=lambda c: c["backbones"]["minilm-x16"].update(inflate_head=8), planned=_only_backbone("minilm-x16")),
+    Edit("a collapse floor and the document length together (a judgement beside a change it must not hide)",
+         {"judge_training": 4, "settings": 2, "encode_corpus": 8, "impact_index": 8, "impact_retrieve": 12,
+          "evaluate": 12, **REPORTS},
+         config=lambda c: (c["encoding"].update(doc_max_length=48),
+                           c["training"].update(overrides={b: {"collapse_near_empty_d": 17.0}
+                                                           for b in ("minilm", "minilm-x16")}))),
+    Edit("`make miniature` after the demo (its own folder)", {}, configfile="config/miniature.yaml",
+         planned=_own_folder),
+]
+
+
+@contextmanager
+def restored(root: Path, paths: tuple[str, ...]) -> Iterator[None]:
+    """Files put back as they were, bytes and times, however the block ends."""
+    saved = {p: ((root / p).read_bytes(), os.stat(root / p)) for p in paths}
+    try:
+        yield
+    finally:
+        for p, (data, st) in saved.items():
+            (root / p).write_bytes(data)
+            os.utime(root / p, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=[e.name for e in EDITS])
+def test_an_edit_reruns_exactly_what_it_changes(demo: Path, edit: Edit) -> None:
+    configfile = edit.configfile or DEMO_CONFIG
+    if edit.config is not None:
+        config = yaml.safe_load((demo / DEMO_CONFIG).read_text())
+        edit.config(config)
+        configfile = f"config/edited-{abs(hash(edit.name))}.yaml"
+        (demo / configfile).write_text(yaml.safe_dump(config))
+    with restored(demo, edit.touches):
+        if edit.files is not None:
+            edit.files(demo)
+        proc = snakemake("all", "-n", "--cores", "2", "--configfile", configfile, cwd=demo)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    counts = {} if "Nothing to be done" in output else job_counts(proc.stdout)
+    counts.pop("total", None)
+    if edit.configfile:  # another experiment: its whole DAG, in its own folder
+        assert counts
+    else:
+        assert counts == edit.expected
+    if edit.planned is not None:
+        edit.planned(planned_jobs(output))

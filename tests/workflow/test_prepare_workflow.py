@@ -92,6 +92,7 @@ CONFIG = {
     "retrieval": {"k": 10, "threads": 1},
     "datasets": {"tiny-test": {"source": "ir_datasets", "id": "tiny/test", "metrics": "beir"}},
 }
+RESULTS = f"results/{CONFIG['experiment']}"
 
 
 def test_train_and_encode_jobs_run_without_ir_datasets_network(tmp_path: Path) -> None:
@@ -115,7 +116,8 @@ def test_train_and_encode_jobs_run_without_ir_datasets_network(tmp_path: Path) -
                                "config/offline.yaml", *(["-n"] if dry else [])], cwd=root, env=env,
                               capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
-            logs = "".join(f"\n--- {p}\n{p.read_text()[-2000:]}" for p in sorted(root.glob("results/logs/**/*.log")))
+            logs = "".join(f"\n--- {p}\n{p.read_text()[-2000:]}"
+                           for p in sorted(root.glob(f"{RESULTS}/logs/**/*.log")))
             pytest.fail(f"snakemake {' '.join(targets)} failed:\n{proc.stderr[-3000:]}{logs[-6000:]}")
         return proc
 
@@ -124,26 +126,27 @@ def test_train_and_encode_jobs_run_without_ir_datasets_network(tmp_path: Path) -
 
     stream = stream_name(run_stream(resolve_recipe(CONFIG, "minilm", "baseline")))
     try:
-        snakemake("results/data/corpora/tiny.json", "results/data/queries/tiny-test.json",
-                  f"results/training/examples/{stream}.jsonl", "results/models/minilm/baseline/init")
+        snakemake(f"{RESULTS}/data/corpora/tiny.json", f"{RESULTS}/data/queries/tiny-test.json",
+                  f"{RESULTS}/training/examples/{stream}.jsonl", f"{RESULTS}/models/minilm/baseline/init")
         fetched = {path for _, path in server.requests}
         assert fetched == {"/docs.tsv", "/train-queries.tsv", "/train-pairs.tsv", "/test-queries.tsv",
                            "/test-qrels.txt"}, fetched
-        assert json.loads((root / "results/data/corpora/tiny.json").read_text())["docs"] == 30
-        assert len((root / f"results/training/examples/{stream}.jsonl").read_text().splitlines()) == 3 * 4
+        assert json.loads((root / f"{RESULTS}/data/corpora/tiny.json").read_text())["docs"] == 30
+        assert len((root / f"{RESULTS}/training/examples/{stream}.jsonl").read_text().splitlines()) == 3 * 4
 
         server.failing = True  # from here on every download fails
-        targets = ("results/encoded/minilm/baseline/corpora/tiny.stats.json",
-                   "results/encoded/minilm/baseline/queries/tiny-test.jsonl")
+        targets = (f"{RESULTS}/encoded/minilm/baseline/corpora/tiny.stats.json",
+                   f"{RESULTS}/encoded/minilm/baseline/queries/tiny-test.jsonl")
         planned = job_counts(snakemake(*targets, dry=True).stdout)
-        assert planned == {"train": 1, "encode_corpus": 1, "encode_queries": 1, "total": 3}, planned
+        assert planned == {"train": 1, "judge_training": 1, "encode_corpus": 1, "encode_queries": 1,
+                           "total": 4}, planned
         snakemake(*targets)
     finally:
         server.shutdown()
     assert [path for failing, path in server.requests if failing] == []  # phase 2 asked for nothing
-    manifest = json.loads((root / "results/models/minilm/baseline/manifest.json").read_text())
+    manifest = json.loads((root / f"{RESULTS}/models/minilm/baseline/manifest.json").read_text())
     assert manifest["steps_done"] == 3 and manifest["data"]["prepared"].endswith(f"{stream}.jsonl")
-    stats = json.loads((root / "results/encoded/minilm/baseline/corpora/tiny.stats.json").read_text())
+    stats = json.loads((root / f"{RESULTS}/encoded/minilm/baseline/corpora/tiny.stats.json").read_text())
     assert stats["n_docs"] == 30 and stats["size_estimate"]["total_docs"] == 30
-    queries = json.loads((root / "results/encoded/minilm/baseline/queries/tiny-test.jsonl.stats.json").read_text())
+    queries = json.loads((root / RESULTS / "encoded/minilm/baseline/queries/tiny-test.jsonl.stats.json").read_text())
     assert queries["n_queries"] == 6

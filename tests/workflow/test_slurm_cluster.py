@@ -56,10 +56,10 @@ pytestmark = pytest.mark.skipif(
 PROFILE = "workflow/profiles/slurm-small"
 DATASET = "dl19-pool"  # the demo's DL19 queries over its shared 719-passage MS MARCO corpus
 BACKBONE, VARIANT = "minilm", "baseline"
-NORMS = f"results/norms/{BACKBONE}.json"
-BM25 = f"results/metrics/bm25/{DATASET}.json"
-CHAIN = f"results/metrics/{BACKBONE}/{VARIANT}/{DATASET}.json"
-BROKEN = "results/metrics/bm25/broken.json"  # its corpus is not gzip: the first job reading it fails
+NORMS = f"results/demo/norms/{BACKBONE}.json"
+BM25 = f"results/demo/metrics/bm25/{DATASET}.json"
+CHAIN = f"results/demo/metrics/{BACKBONE}/{VARIANT}/{DATASET}.json"
+BROKEN = "results/demo/metrics/bm25/broken.json"  # its corpus is not gzip: the first job reading it fails
 SLURM_TIMEOUT = 900  # s; the run itself takes ~3-5 min on 2 idle cores
 
 

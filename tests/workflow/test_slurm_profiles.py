@@ -31,7 +31,7 @@ def test_profiles_name_only_existing_rules():
 
 
 def test_small_profile_on_a_cluster_without_gpus():
-    proc = snakemake("results/metrics/minilm/baseline/dl19-pool.json", "-n", "--forceall", "--workflow-profile",
+    proc = snakemake("results/demo/metrics/minilm/baseline/dl19-pool.json", "-n", "--forceall", "--workflow-profile",
                      "workflow/profiles/slurm-small", "--configfile", "config/demo.yaml", "--config", "gpus_per_job=0")
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = {m.group(1): m.group(2) for m in re.finditer(r"^rule (\w+):\n((?:[ \t]+.*\n)+)", proc.stdout, re.M)}

@@ -43,10 +43,10 @@ def test_paper_dry_run_shows_the_whole_experiment():
     for rule in ("bm25_retrieve", "evaluate_bm25"):
         assert counts[rule] == datasets, rule
     assert counts["tables"] == 1
-    msmarco = re.findall(r"results/indexes/bert-base-uncased/baseline/msmarco-passage\b", proc.stdout)
-    assert msmarco and "results/indexes/bert-base-uncased/baseline/dl19" not in proc.stdout
-    assert "results/metrics/splade-pp-ed/reference/arguana.json" in proc.stdout
-    assert "results/models/splade-pp-ed/reference/init" not in proc.stdout
+    msmarco = re.findall(r"results/paper/indexes/bert-base-uncased/baseline/msmarco-passage\b", proc.stdout)
+    assert msmarco and "results/paper/indexes/bert-base-uncased/baseline/dl19" not in proc.stdout
+    assert "results/paper/metrics/splade-pp-ed/reference/arguana.json" in proc.stdout
+    assert "results/paper/models/splade-pp-ed/reference/init" not in proc.stdout
 
 
 def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):
@@ -68,8 +68,9 @@ def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):
     assert counts["encode_corpus"] == counts["impact_index"] == models * corpora
     assert counts["impact_retrieve"] == counts["evaluate"] == models * datasets
     assert counts["mine_negatives"] == 1 and counts["tables"] == counts["figures"] == 1
-    for output in ("results/tables/factor_sweep.md", "results/figures/factor_sweep.png",
-                   "results/models/minilm-x16/matched/init", "results/metrics/minilm/k64/scifact.json"):
+    for output in ("tables/factor_sweep.md", "figures/factor_sweep.png", "models/minilm-x16/matched/init",
+                   "metrics/minilm/k64/scifact.json"):
+        output = f"results/miniature/{output}"
         assert output in proc.stdout, output
 
 
@@ -186,3 +187,15 @@ def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
     started = [line.split()[0] for line in records]
     assert len(started) == 13
     assert "workflow/test_demo_workflow" in started[:2], started  # one of the two workers' first tests
+
+
+def test_a_results_folder_of_the_old_layout_stops_the_workflow_before_any_job(tmp_path):
+    for name in ("Snakefile", "workflow", "config", "resources", "envs"):
+        (tmp_path / name).symlink_to(REPO / name)
+    (tmp_path / "results/tables").mkdir(parents=True)
+    (tmp_path / "results/tables/beir.md").write_text("an old table")
+    proc = snakemake("all", "-n", "--cores", "2", "--configfile", "config/demo.yaml", cwd=tmp_path)
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "old layout" in line]
+    assert len(lines) == 1 and "results/tables/" in lines[0] and "move it" in lines[0], proc.stderr[-2000:]
+    assert (tmp_path / "results/tables/beir.md").read_text() == "an old table"

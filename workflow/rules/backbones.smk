@@ -1,16 +1,22 @@
+from splade_rescale.rule_params import backbone_spec
+
+
 rule fetch_backbone:
+    input:
+        local_backbone_files,
     output:
-        manifest="results/backbones/{backbone}/manifest.json",
-        model=directory("results/backbones/{backbone}/model"),
+        manifest=res("backbones/{backbone}/manifest.json"),
+        model=directory(res("backbones/{backbone}/model")),
     params:
-        spec=lambda w: as_json(config["backbones"][w.backbone]),
+        spec=lambda w: as_json(backbone_spec(config["backbones"][w.backbone])),
+        out_dir=lambda w, output: Path(output.manifest).parent,
     log:
-        "results/logs/fetch_backbone/{backbone}.log",
+        res("logs/fetch_backbone/{backbone}.log"),
     benchmark:
-        "results/benchmarks/fetch_backbone/{backbone}.tsv"
+        res("benchmarks/fetch_backbone/{backbone}.tsv")
     retries: 2
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale fetch-backbone --name {wildcards.backbone} --spec {params.spec:q} "
-        "--out results/backbones/{wildcards.backbone} > {log} 2>&1"
+        "--out {params.out_dir} > {log} 2>&1"

@@ -3,16 +3,17 @@
 import json
 import os
 import re
-import shlex
 from pathlib import Path
 
 import yaml
 from snakemake.utils import validate
 
-from splade_rescale.config import ConfigError, check_cores, query_max_length, validate_config
+from splade_rescale.config import ConfigError, check_cores, check_results_layout, validate_config
 from splade_rescale.data.corpora import corpora
+from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, verdict_floors
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 from splade_rescale.training.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
+from splade_rescale.training.verdict import judge_files
 
 
 def _load_recipes():
@@ -26,6 +27,20 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
+# Every output of a config lands under results/{experiment}/: demo, miniature, rehearsal and paper
+# runs share one checkout without touching each other's files.
+RESULTS = f"results/{config['experiment']}"
+try:
+    check_results_layout(Path("results"))
+except ConfigError as exc:
+    raise WorkflowError(str(exc))
+
+
+def res(path):
+    """``path`` inside this experiment's results folder."""
+    return f"{RESULTS}/{path}"
+
+
 # A local run that declares GPUs (--resources gpu=N) must leave a GPU job's cores free beside Lucene.
 def _resource(name):
     value = workflow.global_resources.get(name)
@@ -81,7 +96,7 @@ def backbone_runs(backbone):
 
 def prepared_corpus(corpus):
     """A corpus's preparation record (data.smk): its document count, once its data is local."""
-    return f"results/data/corpora/{corpus}.json"
+    return res(f"data/corpora/{corpus}.json")
 
 
 wildcard_constraints:
@@ -93,45 +108,20 @@ wildcard_constraints:
 
 
 def as_json(obj):
-    """A config fragment for the command line; Snakemake reruns a job when it changes."""
+    """A config fragment for the command line (a param: Snakemake reruns a job when it changes).
+    What each rule's fragment holds: splade_rescale.rule_params."""
     return json.dumps(obj, sort_keys=True)
-
-
-def model_encoding(backbone):
-    """The encoding section, with a reference model's own lengths over it."""
-    own = config["reference_models"].get(backbone, {}).get("encoding", {})
-    return {**config["encoding"], **own}
-
-
-def corpus_encoding(backbone):
-    """The encoding settings a corpus's vectors depend on (a query-only change reruns no corpus)."""
-    keys = ("head", "precision", "doc_max_length", "quantization", "max_active_dims")
-    return {k: model_encoding(backbone)[k] for k in keys}
-
-
-def query_encoding(backbone):
-    """The encoding settings query vectors depend on besides their length (dataset_query_length)."""
-    return {k: model_encoding(backbone)[k] for k in ("head", "precision", "quantization")}
-
-
-def query_sets(backbone):
-    """Every dataset's query set for one model's encode_queries job: its config entry and length."""
-    return {d: {"spec": config["datasets"][d], "max_length": dataset_query_length(backbone, d)} for d in DATASETS}
-
-
-def dataset_query_length(backbone, dataset):
-    """A dataset's query length for a model: the dataset's own, BEIR's, or the MS MARCO one."""
-    return query_max_length(model_encoding(backbone), config["datasets"][dataset])
 
 
 def torch_device():
     return config.get("device", "auto")
 
 
-# Settings that change how fast a model job runs, not what it writes. They reach the jobs as
-# environment variables (every job's shell inherits them; a cluster job's Snakemake sets them
+# Settings that change how fast a job runs or how often it logs, not what it writes. They reach the
+# jobs as environment variables (every job's shell inherits them; a cluster job's Snakemake sets them
 # again when it reads this file), so they are neither params nor part of a rule's command text:
-# editing them (a smaller batch after an out-of-memory error, another device) reruns nothing.
+# editing them (a smaller batch after an out-of-memory error, another device, another checkpoint
+# cadence) reruns nothing.
 os.environ["SPLADE_RESCALE_DEVICE"] = torch_device()
 os.environ["SPLADE_RESCALE_RUNTIME"] = as_json({
     "batch_size": config["encoding"]["batch_size"],
@@ -141,26 +131,15 @@ os.environ["SPLADE_RESCALE_RUNTIME"] = as_json({
     # every corpus a model encodes: the per-model budget extrapolates to all their documents
     "model_corpora": {c: {"spec": spec, "prepared": prepared_corpus(c)} for c, spec in CORPORA.items()},
     "index_threads": config["retrieval"]["threads"],
+    # each training run's logging and checkpoint cadence (recipe keys log_every, checkpoint_every, ...)
+    "training_cadence": {f"{b}/{run}": training_cadence(resolve_recipe(config, b, run))
+                         for (b, _), runs in RUNS.items() for run in runs},
 })
 
 
 envvars:
     "SPLADE_RESCALE_DEVICE",
     "SPLADE_RESCALE_RUNTIME",
-
-
-RUNTIME_KEYS = {None: ("device", "gpus_per_job"),
-                "encoding": ("batch_size", "shard_size", "index_budget_gb", "model_budget_gb", "threads"),
-                "retrieval": ("threads",), "training": ("threads",)}
-
-
-def report_config():
-    """The config the tables and figures read, without the runtime settings (editing those reruns no report)."""
-    out = {k: v for k, v in config.items() if k not in RUNTIME_KEYS[None]}
-    for section, keys in RUNTIME_KEYS.items():
-        if section and section in out:
-            out[section] = {k: v for k, v in out[section].items() if k not in keys}
-    return out
 
 
 def gpu_count():
@@ -187,45 +166,61 @@ def train_gpus(backbone):
     return config["backbones"][backbone].get("train_gpus", gpu_count())
 
 
-def training_launcher(gpus):
-    """One process per GPU under torchrun (DDP) when a job has several GPUs."""
-    if int(gpus) > 1:
-        return f"torchrun --standalone --nproc-per-node={gpus} $(command -v splade-rescale)"
-    return "splade-rescale"
-
-
 def variant_needs_norms(variant):
     return config["variants"][variant]["policy"] == "match_reference"
 
 
 def norm_files():
-    return [f"results/norms/{b}.json" for b in BACKBONES] + [
-        f"results/norms/{b}/{v}.json" for b in BACKBONES for v in VARIANTS
-    ]
+    return [res(f"norms/{b}.json") for b in BACKBONES] + [res(f"norms/{b}/{v}.json") for b in BACKBONES for v in VARIANTS]
 
 
 def backbone_targets(backbone):
     """Everything one backbone's chain produces (its summary file depends on it all)."""
     return (
-        [f"results/norms/{backbone}.json"]
-        + [f"results/norms/{backbone}/{v}.json" for v in VARIANTS]
-        + [f"results/models/{backbone}/{run}/manifest.json" for run in backbone_runs(backbone)]
-        + [f"results/metrics/{backbone}/{run}/{d}.json" for run in backbone_runs(backbone) for d in DATASETS]
+        [res(f"norms/{backbone}.json")]
+        + [res(f"norms/{backbone}/{v}.json") for v in VARIANTS]
+        + [res(f"models/{backbone}/{run}/manifest.json") for run in backbone_runs(backbone)]
+        + [res(f"metrics/{backbone}/{run}/{d}.json") for run in backbone_runs(backbone) for d in DATASETS]
     )
 
 
 def reference_metrics():
-    return [f"results/metrics/{r}/reference/{d}.json" for r in REFERENCE_MODELS for d in DATASETS]
+    return [res(f"metrics/{r}/reference/{d}.json") for r in REFERENCE_MODELS for d in DATASETS]
 
 
 def all_targets():
     return (
-        ["results/tables/norms.md"]
-        + [f"results/summary/{b}.json" for b in BACKBONES]
+        [res("tables/norms.md")]
+        + [res(f"summary/{b}.json") for b in BACKBONES]
         + reference_metrics()
-        + [f"results/metrics/bm25/{d}.json" for d in DATASETS]
+        + [res(f"metrics/bm25/{d}.json") for d in DATASETS]
         + TABLE_TARGETS
     )
+
+
+def judged_manifest(w):
+    """A run's manifest as the input of a stage that skips collapsed runs (encoding, evaluation).
+
+    The verdict is judged apart from training (rule judge_training), so new collapse floors rerun
+    the judgement. They change these stages' work only where they change a run's status: the
+    manifest is then an ordinary input, elsewhere an ancient one, and a floor that only rewords a
+    verdict reruns nothing but the judgement and the tables. Decided here, from the run's training
+    record, by the same judgement the rule makes.
+    """
+    path = res(f"models/{w.backbone}/{w.variant}/manifest.json")
+    if w.backbone in REFERENCE_MODELS:
+        return path
+    folder = Path(path).parent
+    record, series = folder / "training.json", folder / "sparsity.csv"
+    if not (Path(path).is_file() and record.is_file() and series.is_file()):
+        return path
+    try:
+        status = json.loads(Path(path).read_text())["status"]
+        floors = verdict_floors(resolve_recipe(config, w.backbone, w.variant))
+        same = judge_files(record, series, floors)["status"] == status
+    except (OSError, ValueError, KeyError):
+        same = False  # an unreadable record: the stages rerun after the judgement
+    return ancient(path) if same else path
 
 
 def rescale_norm_inputs(w):
@@ -235,18 +230,56 @@ def rescale_norm_inputs(w):
     if spec["policy"] == "vocab_transfer":
         inputs = {"probe": [config["probe"]["queries"], config["probe"]["passages"]]} if "calibrate" in spec else {}
         if (spec.get("calibrate") or {}).get("target_nnz") == "reference":
-            inputs["ref"] = f"results/norms/{config['reference_backbone']}.json"
+            inputs["ref"] = res(f"norms/{config['reference_backbone']}.json")
         return inputs
     if not variant_needs_norms(w.variant):
         return {}
     reference = spec["reference"]
-    return {"own": f"results/norms/{w.backbone}.json", "ref": f"results/norms/{reference}.json"}
+    return {"own": res(f"norms/{w.backbone}.json"), "ref": res(f"norms/{reference}.json")}
 
 
 def rescale_options(w, input):
-    """The rescale command's norms and probe options for a variant."""
+    """The rescale command's norms options for a variant."""
     options = f"--backbone-norms {input.own} " if "own" in input.keys() else ""
     options += f"--reference-norms {input.ref} " if "ref" in input.keys() else ""
-    if "probe" in input.keys():
-        options += f"--probe {shlex.quote(json.dumps(config['probe']))}"
     return options
+
+
+def rescale_probe(w):
+    """The probe section where a variant's init is calibrated on it (vocab_transfer with calibrate), else none."""
+    spec = config["variants"][w.variant]
+    return as_json(config["probe"]) if spec["policy"] == "vocab_transfer" and "calibrate" in spec else ""
+
+
+# ---- local files and settings records that rules read (data files are inputs; settings.smk)
+
+def local_backbone_files(w):
+    """A local backbone's checkpoint files: an edit in place refetches it (other sources are keyed by their entry)."""
+    spec = config["backbones"][w.backbone]
+    folder = Path(spec["path"]).expanduser() if spec["source"] == "local" else None
+    return sorted(str(p) for p in folder.rglob("*") if p.is_file()) if folder and folder.is_dir() else []
+
+
+def local_query_files():
+    """Every local dataset's query and qrels files (a subset's corpus too: its queries depend on it).
+
+    Ancient inputs of encode_queries: their content reaches its params as each query set's digest
+    (rule_params.query_set), so a qrels edit that keeps the judged queries re-encodes nothing."""
+    files = []
+    for d in DATASETS:
+        spec = config["datasets"][d]
+        files += dataset_files(spec, "queries", "qrels", *(("corpus",) if spec.get("subset") else ()))
+    return [ancient(f) for f in dict.fromkeys(files)]
+
+
+def evaluation_files(w):
+    """The local files a dataset's evaluation reads (qrels, and queries: only judged ones count)."""
+    return dataset_files(config["datasets"][w.dataset], "queries", "qrels")
+
+
+SETTINGS = ConfigSection("settings records", settings_records(config, BACKBONES + REFERENCE_MODELS))
+
+
+def settings(*names):
+    """The paths of settings records (settings.smk), as a stage's inputs."""
+    return [res(f"settings/{name}.json") for name in names]

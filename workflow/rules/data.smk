@@ -7,6 +7,7 @@
 # Here each cache is built by one job, before the jobs that read it; train and encode jobs
 # then read only local files.
 from splade_rescale.data.prepare import query_spec, training_corpus
+from splade_rescale.rule_params import corpus_files
 from splade_rescale.training.data import run_stream, stream_name
 
 _TRAIN_DATA = config["training"]["data"]
@@ -22,10 +23,9 @@ except (ConfigError, ValueError) as exc:
 STREAMS = ConfigSection("training streams", {stream_name(s): s for s in RUN_STREAMS.values()})
 PREPARED_CORPORA = ConfigSection("corpus names", {**CORPORA, **dict([TRAINING_CORPUS] if TRAINING_CORPUS else [])})
 # (backbone, run) -> the examples its training reads; none where they are local already
-PREPARED_EXAMPLES = {run: f"results/training/examples/{stream_name(s)}.jsonl" for run, s in RUN_STREAMS.items()}
+PREPARED_EXAMPLES = {run: res(f"training/examples/{stream_name(s)}.jsonl") for run, s in RUN_STREAMS.items()}
 # the query preparations encode_queries waits for (local datasets need none)
-PREPARED_QUERIES = [f"results/data/queries/{d}.json" for d in DATASETS
-                    if config["datasets"][d]["source"] == "ir_datasets"]
+PREPARED_QUERIES = [res(f"data/queries/{d}.json") for d in DATASETS if config["datasets"][d]["source"] == "ir_datasets"]
 
 
 wildcard_constraints:
@@ -38,16 +38,19 @@ rule prepare_corpus:
     ir_datasets: downloads the corpus and builds its docs store in $IR_DATASETS_HOME, one job
     per store (the encode jobs of every model then read that store). Local files and subsets
     are only counted: nothing to download. The count is what encode_corpus's size guard
-    extrapolates to, so the guard runs whether or not ir_datasets knows it.
+    extrapolates to, so the guard runs whether or not ir_datasets knows it. Local files are inputs:
+    an edit in place reruns the corpus's preparation and everything made from it.
     """
+    input:
+        lambda w: corpus_files(PREPARED_CORPORA[w.corpus]),
     output:
         prepared_corpus("{corpus}"),
     params:
         corpus=lambda w: as_json(PREPARED_CORPORA[w.corpus]),
     log:
-        "results/logs/prepare_corpus/{corpus}.log",
+        res("logs/prepare_corpus/{corpus}.log"),
     benchmark:
-        "results/benchmarks/prepare_corpus/{corpus}.tsv"
+        res("benchmarks/prepare_corpus/{corpus}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -60,13 +63,13 @@ rule prepare_queries:
     input:
         lambda w: prepared_corpus(CORPUS_OF[w.dataset]),
     output:
-        "results/data/queries/{dataset}.json",
+        res("data/queries/{dataset}.json"),
     params:
         dataset=lambda w: as_json(query_spec(config["datasets"][w.dataset])),
     log:
-        "results/logs/prepare_queries/{dataset}.log",
+        res("logs/prepare_queries/{dataset}.log"),
     benchmark:
-        "results/benchmarks/prepare_queries/{dataset}.tsv"
+        res("benchmarks/prepare_queries/{dataset}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -81,13 +84,13 @@ rule prepare_training_source:
     input:
         [prepared_corpus(TRAINING_CORPUS[0])] if TRAINING_CORPUS else [],
     output:
-        "results/data/training_source.json",
+        res("data/training_source.json"),
     params:
         data=as_json(_TRAIN_DATA),
     log:
-        "results/logs/prepare_training_source.log",
+        res("logs/prepare_training_source.log"),
     benchmark:
-        "results/benchmarks/prepare_training_source.tsv"
+        res("benchmarks/prepare_training_source.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -103,19 +106,19 @@ rule prepare_training_data:
     prepare_training_source built in $IR_DATASETS_HOME.
     """
     input:
-        source="results/data/training_source.json" if _TRAIN_DATA["source"] == "ir_datasets" else [],
+        source=res("data/training_source.json") if _TRAIN_DATA["source"] == "ir_datasets" else [],
         triples=_TRAIN_DATA["path"] if _TRAIN_DATA["source"] == "tsv_triples" else [],
         teacher=lambda w: STREAMS[w.stream]["teacher_scores"] or [],
     output:
-        examples="results/training/examples/{stream}.jsonl",
-        record="results/training/examples/{stream}.json",
+        examples=res("training/examples/{stream}.jsonl"),
+        record=res("training/examples/{stream}.json"),
     params:
         data=as_json(_TRAIN_DATA),
         stream=lambda w: as_json(STREAMS[w.stream]),
     log:
-        "results/logs/prepare_training_data/{stream}.log",
+        res("logs/prepare_training_data/{stream}.log"),
     benchmark:
-        "results/benchmarks/prepare_training_data/{stream}.tsv"
+        res("benchmarks/prepare_training_data/{stream}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:

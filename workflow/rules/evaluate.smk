@@ -1,20 +1,26 @@
+from splade_rescale.rule_params import evaluation_spec
+
+
 rule evaluate:
     input:
-        run="results/runs/{backbone}/{variant}/{dataset}.trec",
-        run_stats="results/runs/{backbone}/{variant}/{dataset}.stats.json",
-        corpus_stats=lambda w: f"results/encoded/{w.backbone}/{w.variant}/corpora/{CORPUS_OF[w.dataset]}.stats.json",
-        query_stats="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json",
-        index=lambda w: f"results/indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}",
-        manifest="results/models/{backbone}/{variant}/manifest.json",
+        run=res("runs/{backbone}/{variant}/{dataset}.trec"),
+        run_stats=res("runs/{backbone}/{variant}/{dataset}.stats.json"),
+        corpus_stats=lambda w: res(f"encoded/{w.backbone}/{w.variant}/corpora/{CORPUS_OF[w.dataset]}.stats.json"),
+        # efficiency figures only; the query vectors themselves reach the run through the search's params
+        query_stats=ancient(res("encoded/{backbone}/{variant}/queries/{dataset}.jsonl.stats.json")),
+        index=lambda w: res(f"indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}"),
+        manifest=judged_manifest,
+        local=evaluation_files,
+        settings=lambda w: settings(f"evaluation.{w.dataset}"),
     output:
-        metrics="results/metrics/{backbone}/{variant}/{dataset}.json",
-        qrels="results/metrics/{backbone}/{variant}/{dataset}.qrels",
+        metrics=res("metrics/{backbone}/{variant}/{dataset}.json"),
+        qrels=res("metrics/{backbone}/{variant}/{dataset}.qrels"),
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        dataset=lambda w: as_json(evaluation_spec(w.dataset, config["datasets"][w.dataset])),
     log:
-        "results/logs/evaluate/{backbone}.{variant}.{dataset}.log",
+        res("logs/evaluate/{backbone}.{variant}.{dataset}.log"),
     benchmark:
-        "results/benchmarks/evaluate/{backbone}.{variant}.{dataset}.tsv"
+        res("benchmarks/evaluate/{backbone}.{variant}.{dataset}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -26,18 +32,20 @@ rule evaluate:
 
 rule evaluate_bm25:
     input:
-        run="results/runs/bm25/{dataset}.trec",
-        run_stats="results/runs/bm25/{dataset}.stats.json",
-        index=lambda w: f"results/indexes/bm25/{CORPUS_OF[w.dataset]}",
+        run=res("runs/bm25/{dataset}.trec"),
+        run_stats=res("runs/bm25/{dataset}.stats.json"),
+        index=lambda w: res(f"indexes/bm25/{CORPUS_OF[w.dataset]}"),
+        local=evaluation_files,
+        settings=lambda w: settings(f"evaluation.{w.dataset}"),
     output:
-        metrics="results/metrics/bm25/{dataset}.json",
-        qrels="results/metrics/bm25/{dataset}.qrels",
+        metrics=res("metrics/bm25/{dataset}.json"),
+        qrels=res("metrics/bm25/{dataset}.qrels"),
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        dataset=lambda w: as_json(evaluation_spec(w.dataset, config["datasets"][w.dataset])),
     log:
-        "results/logs/evaluate/bm25.{dataset}.log",
+        res("logs/evaluate/bm25.{dataset}.log"),
     benchmark:
-        "results/benchmarks/evaluate/bm25.{dataset}.tsv"
+        res("benchmarks/evaluate/bm25.{dataset}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:

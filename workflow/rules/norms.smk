@@ -1,15 +1,15 @@
 rule norms_backbone:
     input:
-        model="results/backbones/{backbone}/model",
+        model=res("backbones/{backbone}/model"),
         probe=[config["probe"]["queries"], config["probe"]["passages"]],
     output:
-        "results/norms/{backbone}.json",
+        res("norms/{backbone}.json"),
     params:
         probe=as_json(config["probe"]),
     log:
-        "results/logs/norms/{backbone}.log",
+        res("logs/norms/{backbone}.log"),
     benchmark:
-        "results/benchmarks/norms/{backbone}.tsv"
+        res("benchmarks/norms/{backbone}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -21,16 +21,16 @@ rule norms_variant:
     wildcard_constraints:
         variant=VARIANT_PATTERN,  # a variant's, shared by its seeds' runs
     input:
-        model="results/models/{backbone}/{variant}/init",
+        model=res("models/{backbone}/{variant}/init"),
         probe=[config["probe"]["queries"], config["probe"]["passages"]],
     output:
-        "results/norms/{backbone}/{variant}.json",
+        res("norms/{backbone}/{variant}.json"),
     params:
         probe=as_json(config["probe"]),
     log:
-        "results/logs/norms/{backbone}.{variant}.log",
+        res("logs/norms/{backbone}.{variant}.log"),
     benchmark:
-        "results/benchmarks/norms/{backbone}.{variant}.tsv"
+        res("benchmarks/norms/{backbone}.{variant}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -42,10 +42,10 @@ rule norms_table:
     input:
         norm_files(),
     output:
-        md="results/tables/norms.md",
-        csv="results/tables/norms.csv",
+        md=res("tables/norms.md"),
+        csv=res("tables/norms.csv"),
     log:
-        "results/logs/norms_table.log",
+        res("logs/norms_table.log"),
     conda:
         "../../envs/pipeline.yaml"
     shell:

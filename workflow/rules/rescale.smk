@@ -3,18 +3,19 @@ rule rescale_head:
         variant=VARIANT_PATTERN,  # a variant's, shared by its seeds' runs
     input:
         unpack(rescale_norm_inputs),
-        model="results/backbones/{backbone}/model",
+        model=res("backbones/{backbone}/model"),
     output:
-        directory("results/models/{backbone}/{variant}/init"),
+        directory(res("models/{backbone}/{variant}/init")),
     params:
         spec=lambda w: as_json(config["variants"][w.variant]),
         options=rescale_options,
+        probe=rescale_probe,
     log:
-        "results/logs/rescale/{backbone}.{variant}.log",
+        res("logs/rescale/{backbone}.{variant}.log"),
     benchmark:
-        "results/benchmarks/rescale/{backbone}.{variant}.tsv"
+        res("benchmarks/rescale/{backbone}.{variant}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale rescale --backbone-dir {input.model} --variant {wildcards.variant} "
-        "--spec {params.spec:q} {params.options} --out {output} > {log} 2>&1"
+        "--spec {params.spec:q} {params.options} --probe={params.probe:q} --out {output} > {log} 2>&1"

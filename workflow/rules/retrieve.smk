@@ -1,42 +1,53 @@
+from splade_rescale.rule_params import search_spec
+
+
 rule impact_retrieve:
+    """A dataset's run from a model's impact index. Its query vectors are an ancient input, so a
+    rerun of the model's one query job (a dataset added) reruns no other dataset's search; what the
+    vectors are made from is in the params instead (rule_params.search_spec)."""
     input:
-        index=lambda w: f"results/indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}",
-        queries="results/encoded/{backbone}/{variant}/queries/{dataset}.jsonl",
+        index=lambda w: res(f"indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}"),
+        queries=ancient(res("encoded/{backbone}/{variant}/queries/{dataset}.jsonl")),
+        settings=lambda w: settings(f"query-encoding.{w.backbone}", f"search.{w.dataset}"),
     output:
-        run="results/runs/{backbone}/{variant}/{dataset}.trec",
-        stats="results/runs/{backbone}/{variant}/{dataset}.stats.json",
+        run=res("runs/{backbone}/{variant}/{dataset}.trec"),
+        stats=res("runs/{backbone}/{variant}/{dataset}.stats.json"),
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        search=lambda w: as_json(search_spec(config, w.backbone, w.dataset)),
         k=config["retrieval"]["k"],
     threads: config["retrieval"]["threads"]
     log:
-        "results/logs/retrieve/{backbone}.{variant}.{dataset}.log",
+        res("logs/retrieve/{backbone}.{variant}.{dataset}.log"),
     benchmark:
-        "results/benchmarks/retrieve/{backbone}.{variant}.{dataset}.tsv"
+        res("benchmarks/retrieve/{backbone}.{variant}.{dataset}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale retrieve --index {input.index} --queries {input.queries} --name {wildcards.dataset} --dataset {params.dataset:q} "
-        "--k {params.k} --threads {threads} --tag {wildcards.backbone}.{wildcards.variant} "
+        "splade-rescale retrieve --index {input.index} --queries {input.queries} --name {wildcards.dataset} "
+        "--dataset {params.search:q} --k {params.k} --threads {threads} --tag {wildcards.backbone}.{wildcards.variant} "
         "--run {output.run} --stats {output.stats} > {log} 2>&1"
 
 
 rule bm25_retrieve:
+    """BM25's run of a dataset. Local query and qrels files are ancient inputs: their judged queries'
+    digest is in the params (rule_params.search_spec), so a qrels edit that keeps them reruns no search."""
     input:
-        index=lambda w: f"results/indexes/bm25/{CORPUS_OF[w.dataset]}",
+        index=lambda w: res(f"indexes/bm25/{CORPUS_OF[w.dataset]}"),
+        local=lambda w: [ancient(f) for f in dataset_files(config["datasets"][w.dataset], "queries", "qrels")],
+        settings=lambda w: settings(f"search.{w.dataset}"),
     output:
-        run="results/runs/bm25/{dataset}.trec",
-        stats="results/runs/bm25/{dataset}.stats.json",
+        run=res("runs/bm25/{dataset}.trec"),
+        stats=res("runs/bm25/{dataset}.stats.json"),
     params:
-        dataset=lambda w: as_json(config["datasets"][w.dataset]),
+        search=lambda w: as_json(search_spec(config, None, w.dataset)),
         k=config["retrieval"]["k"],
     threads: config["retrieval"]["threads"]
     log:
-        "results/logs/retrieve/bm25.{dataset}.log",
+        res("logs/retrieve/bm25.{dataset}.log"),
     benchmark:
-        "results/benchmarks/retrieve/bm25.{dataset}.tsv"
+        res("benchmarks/retrieve/bm25.{dataset}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale bm25-retrieve --index {input.index} --name {wildcards.dataset} --dataset {params.dataset:q} --k {params.k} "
-        "--threads {threads} --run {output.run} --stats {output.stats} > {log} 2>&1"
+        "splade-rescale bm25-retrieve --index {input.index} --name {wildcards.dataset} --dataset {params.search:q} "
+        "--k {params.k} --threads {threads} --run {output.run} --stats {output.stats} > {log} 2>&1"

@@ -1,28 +1,29 @@
 # Per-backbone summaries, the paper's tables and figures, and what `snakemake --report` shows.
 from splade_rescale.report.figures import FORMATS as FIGURE_FORMATS, figure_names
 from splade_rescale.report.tables import FORMATS as TABLE_FORMATS, table_names
+from splade_rescale.rule_params import figure_config, report_config
 
 
 report: "../report/workflow.rst"
 
 
 TABLE_NAMES = table_names(config)  # + factor_sweep when the config has > 2 constant factors
-TABLE_FILES = [f"results/tables/{t}.{ext}" for t in TABLE_NAMES for ext in TABLE_FORMATS]
-FIGURE_FILES = [f"results/figures/{f}.{ext}" for f in figure_names(config) for ext in FIGURE_FORMATS]
+TABLE_FILES = [res(f"tables/{t}.{ext}") for t in TABLE_NAMES for ext in TABLE_FORMATS]
+FIGURE_FILES = [res(f"figures/{f}.{ext}") for f in figure_names(config) for ext in FIGURE_FORMATS]
 TABLE_TARGETS = TABLE_FILES + FIGURE_FILES
 
 
 rule backbone_summary:
-    """One backbone's whole chain: `snakemake results/summary/{backbone}.json` reruns just it."""
+    """One backbone's whole chain: `snakemake results/{experiment}/summary/{backbone}.json` reruns just it."""
     input:
         lambda w: backbone_targets(w.backbone)
-        + [f"results/models/{w.backbone}/{run}/train_log.csv" for run in backbone_runs(w.backbone)],
+        + [res(f"models/{w.backbone}/{run}/train_log.csv") for run in backbone_runs(w.backbone)],
     output:
-        "results/summary/{backbone}.json",
+        res("summary/{backbone}.json"),
     log:
-        "results/logs/summary/{backbone}.log",
+        res("logs/summary/{backbone}.log"),
     benchmark:
-        "results/benchmarks/summary/{backbone}.tsv"
+        res("benchmarks/summary/{backbone}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -31,10 +32,10 @@ rule backbone_summary:
 
 rule tables:
     input:
-        summaries=expand("results/summary/{backbone}.json", backbone=BACKBONES),
-        bm25=expand("results/metrics/bm25/{dataset}.json", dataset=DATASETS),
+        summaries=expand(res("summary/{backbone}.json"), backbone=BACKBONES),
+        bm25=expand(res("metrics/bm25/{dataset}.json"), dataset=DATASETS),
         references=reference_metrics(),
-        norms="results/tables/norms.csv",
+        norms=res("tables/norms.csv"),
     output:
         # HTML tables go into `snakemake --report`, with workflow/report/tables_{name}.rst as caption
         [
@@ -44,12 +45,12 @@ rule tables:
             for f in TABLE_FILES
         ],
     params:
-        config=as_json(report_config()),
+        config=as_json(report_config(config)),
         out_dir=lambda w, output: Path(output[0]).parent,
     log:
-        "results/logs/tables.log",
+        res("logs/tables.log"),
     benchmark:
-        "results/benchmarks/tables.tsv"
+        res("benchmarks/tables.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -60,7 +61,7 @@ rule tables:
 
 rule figures:
     input:
-        summaries=expand("results/summary/{backbone}.json", backbone=BACKBONES),
+        summaries=expand(res("summary/{backbone}.json"), backbone=BACKBONES),
     output:
         # PNG figures go into the report, with workflow/report/figures_{name}.rst as caption
         [
@@ -70,12 +71,12 @@ rule figures:
             for f in FIGURE_FILES
         ],
     params:
-        config=as_json(report_config()),
+        config=as_json(figure_config(config)),
         out_dir=lambda w, output: Path(output[0]).parent,
     log:
-        "results/logs/figures.log",
+        res("logs/figures.log"),
     benchmark:
-        "results/benchmarks/figures.tsv"
+        res("benchmarks/figures.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:

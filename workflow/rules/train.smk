@@ -1,54 +1,90 @@
+from splade_rescale.rule_params import dataset_files, training_recipe, verdict_floors
+
 TRAIN_DATA = config["training"]["data"]
 MINED = TRAIN_DATA["source"] == "beir_local" and TRAIN_DATA.get("negatives") == "bm25"
 
 
 rule mine_negatives:
     """BM25 hard negatives for a local BEIR-format train split (Pyserini), mined once."""
+    input:
+        dataset_files(TRAIN_DATA, "corpus", "queries", "qrels") if MINED else [],
     output:
-        "results/training/examples.jsonl",
+        res("training/examples.jsonl"),
     params:
         data=as_json(TRAIN_DATA),
     threads: 2
     log:
-        "results/logs/mine_negatives.log",
+        res("logs/mine_negatives.log"),
     benchmark:
-        "results/benchmarks/mine_negatives.tsv"
+        res("benchmarks/mine_negatives.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
 
 
-# results/models/{name}/reference/ of a reference model matches train's paths too.
+# results/{experiment}/models/{name}/reference/ of a reference model matches the training paths too.
+ruleorder: fetch_reference_model > judge_training
 ruleorder: fetch_reference_model > train
 
 
 rule train:
+    """One training run: the model, its log, its per-step non-zeros and its record. Params hold the
+    recipe's trajectory keys only: logging and checkpoint cadence come through SPLADE_RESCALE_RUNTIME
+    (common.smk), the collapse floors go to judge_training. With train_gpus > 1 the command starts
+    itself under torchrun (DDP)."""
     input:
-        init=lambda w: f"results/models/{w.backbone}/{split_run(w.variant)[0]}/init",  # shared by its seeds
-        examples=("results/training/examples.jsonl" if MINED  # other sources: prepared in data.smk
+        init=lambda w: res(f"models/{w.backbone}/{split_run(w.variant)[0]}/init"),  # shared by its seeds
+        examples=(res("training/examples.jsonl") if MINED  # other sources: prepared in data.smk
                   else lambda w: PREPARED_EXAMPLES.get((w.backbone, w.variant), [])),
     output:
-        manifest="results/models/{backbone}/{variant}/manifest.json",
-        model=directory("results/models/{backbone}/{variant}/final"),
-        log_csv="results/models/{backbone}/{variant}/train_log.csv",
+        record=res("models/{backbone}/{variant}/training.json"),
+        series=res("models/{backbone}/{variant}/sparsity.csv"),
+        model=directory(res("models/{backbone}/{variant}/final")),
+        log_csv=res("models/{backbone}/{variant}/train_log.csv"),
     params:
-        recipe=lambda w: as_json(resolve_recipe(config, w.backbone, w.variant)),
+        recipe=lambda w: as_json(training_recipe(resolve_recipe(config, w.backbone, w.variant))),
         data=as_json(TRAIN_DATA),
         examples=lambda w, input: f"--{'examples' if MINED else 'prepared'} {input.examples}" if input.examples else "",
         # a param, not an output: it outlives a failed job, with the log rows up to each checkpoint
-        checkpoints="results/models/{backbone}/{variant}/checkpoints",
-        launcher=lambda w, resources: training_launcher(resources.gpu),
+        checkpoints=res("models/{backbone}/{variant}/checkpoints"),
     threads: config["training"]["threads"]
     resources:
         gpu=lambda w: train_gpus(w.backbone),
     log:
-        "results/logs/train/{backbone}.{variant}.log",
+        res("logs/train/{backbone}.{variant}.log"),
     benchmark:
-        "results/benchmarks/train/{backbone}.{variant}.tsv"
+        res("benchmarks/train/{backbone}.{variant}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "{params.launcher} train --init {input.init} --recipe {params.recipe:q} --data {params.data:q} "
-        "{params.examples} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} --checkpoints {params.checkpoints} "
-        "--final {output.model} --log-csv {output.log_csv} --manifest {output.manifest} > {log} 2>&1"
+        "splade-rescale train --gpus {resources.gpu} --init {input.init} --recipe {params.recipe:q} "
+        "--data {params.data:q} {params.examples} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
+        "--run {wildcards.backbone}/{wildcards.variant} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} "
+        "--checkpoints {params.checkpoints} --final {output.model} --log-csv {output.log_csv} "
+        "--record {output.record} --series {output.series} > {log} 2>&1"
+
+
+localrules:
+    judge_training,
+
+
+rule judge_training:
+    """The sparsity verdict on a finished run under the collapse floors (splade_rescale.training.verdict):
+    seconds on the host, so new floors rerun this and the tables, not the training."""
+    input:
+        record=res("models/{backbone}/{variant}/training.json"),
+        series=res("models/{backbone}/{variant}/sparsity.csv"),
+    output:
+        res("models/{backbone}/{variant}/manifest.json"),
+    params:
+        floors=lambda w: as_json(verdict_floors(resolve_recipe(config, w.backbone, w.variant))),
+    log:
+        res("logs/judge_training/{backbone}.{variant}.log"),
+    benchmark:
+        res("benchmarks/judge_training/{backbone}.{variant}.tsv")
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale judge-training --record {input.record} --series {input.series} --floors {params.floors:q} "
+        "--out {output} > {log} 2>&1"

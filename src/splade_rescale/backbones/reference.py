@@ -64,7 +64,7 @@ def fetch_reference_model(name: str, spec: dict[str, Any], out_dir: str | Path) 
     manifest = {"status": "ok", "reference_model": name, "source": spec["source"], **provenance,
                 "architecture": head.architecture, "dtype": "float32",
                 "parameters": sum(p.numel() for p in model.parameters()),
-                "published": spec.get("published"), "notes": ["published checkpoint: no norms, rescaling or training"]}
+                "notes": ["published checkpoint: no norms, rescaling or training"]}
     write_json(out_dir / "manifest.json", manifest)
     log.info("reference model %s: %s from %s", name, head.architecture, folder)
     return manifest

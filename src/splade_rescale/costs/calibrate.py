@@ -12,10 +12,10 @@ The rehearsal measures them on CPU and checks that the model behind the bill pre
   (token-parameters for model work, postings for Lucene indexes, queries x documents for search);
 * :func:`calibrate`: per rule, ``seconds = fixed + rate x units`` and ``bytes = fixed + per-unit x units``,
   fitted by least squares across jobs of different sizes from a finished run's
-  ``results/benchmarks`` and output sizes (a ``cpu`` throughputs section);
+  ``results/{experiment}/benchmarks`` and output sizes (a ``cpu`` throughputs section);
 * :func:`predict`: the run on ``cores`` cores by list scheduling those jobs (longest remaining path
   first, as many as their threads allow), and its disk over time (outputs appear when a job ends,
-  encoded shards go when their index exists): wall time, peak and final bytes of ``results/``;
+  encoded shards go when their index exists): wall time, peak and final bytes of ``results/{experiment}/``;
 * :func:`measured` and :func:`render_measured` / :func:`render_comparison`: what the run took
   (benchmarks + the ``rehearsal_data watch`` samples) and the prediction beside it.
 """
@@ -43,21 +43,23 @@ from splade_rescale.training.recipes import resolve_recipe
 
 TOLERANCE = 0.35  # the rehearsal's acceptance: predicted within +-35% of measured
 
-# Where each rule writes (relative to the run folder), to attribute the final disk to jobs.
+# Where each rule writes (relative to the experiment's results folder), to attribute the final disk to jobs.
 OUTPUTS = {
-    "fetch_backbone": ["results/backbones/{backbone}"],
-    "rescale_head": ["results/models/{backbone}/{variant}/init"],
-    "train": ["results/models/{backbone}/{variant}/final", "results/models/{backbone}/{variant}/checkpoints",
-              "results/models/{backbone}/{variant}/manifest.json", "results/models/{backbone}/{variant}/train_log.csv"],
-    "encode_queries": ["results/encoded/{backbone}/{variant}/queries"],  # one job per model, all datasets
-    "impact_index": ["results/indexes/{backbone}/{variant}/{corpus}"],
-    "bm25_index": ["results/indexes/bm25/{corpus}"],
-    "impact_retrieve": ["results/runs/{backbone}/{variant}/{dataset}.trec",
-                        "results/runs/{backbone}/{variant}/{dataset}.stats.json"],
-    "bm25_retrieve": ["results/runs/bm25/{dataset}.trec", "results/runs/bm25/{dataset}.stats.json"],
-    "evaluate": ["results/metrics/{backbone}/{variant}/{dataset}.json",
-                 "results/metrics/{backbone}/{variant}/{dataset}.qrels"],
-    "evaluate_bm25": ["results/metrics/bm25/{dataset}.json", "results/metrics/bm25/{dataset}.qrels"],
+    "fetch_backbone": ["backbones/{backbone}"],
+    "rescale_head": ["models/{backbone}/{variant}/init"],
+    "train": ["models/{backbone}/{variant}/final", "models/{backbone}/{variant}/checkpoints",
+              "models/{backbone}/{variant}/training.json", "models/{backbone}/{variant}/sparsity.csv",
+              "models/{backbone}/{variant}/train_log.csv"],
+    "judge_training": ["models/{backbone}/{variant}/manifest.json"],
+    "encode_queries": ["encoded/{backbone}/{variant}/queries"],  # one job per model, all datasets
+    "impact_index": ["indexes/{backbone}/{variant}/{corpus}"],
+    "bm25_index": ["indexes/bm25/{corpus}"],
+    "impact_retrieve": ["runs/{backbone}/{variant}/{dataset}.trec",
+                        "runs/{backbone}/{variant}/{dataset}.stats.json"],
+    "bm25_retrieve": ["runs/bm25/{dataset}.trec", "runs/bm25/{dataset}.stats.json"],
+    "evaluate": ["metrics/{backbone}/{variant}/{dataset}.json",
+                 "metrics/{backbone}/{variant}/{dataset}.qrels"],
+    "evaluate_bm25": ["metrics/bm25/{dataset}.json", "metrics/bm25/{dataset}.qrels"],
 }
 UNIT_NAMES = {
     "encode_corpus": "token-parameters", "encode_queries": "token-parameters", "train": "token-parameters",
@@ -204,18 +206,24 @@ def read_disk(path: Path) -> dict[str, float]:
             "start_bytes": float(first.group(1)) if first else 0.0}
 
 
-def measured_jobs(jobs: list[dict], run: Path) -> list[dict]:
-    """Each planned job with its benchmark figures, output bytes and (encode_corpus) corpus stats."""
+def experiment_folder(config: Mapping[str, Any], run: str | Path) -> Path:
+    """Where a config's outputs lie in the run folder (results/{experiment}), its disk samples too."""
+    return Path(run) / "results" / config["experiment"]
+
+
+def measured_jobs(jobs: list[dict], run: Path, folder: Path) -> list[dict]:
+    """Each planned job with its benchmark figures, output bytes and (encode_corpus) corpus stats
+    (``folder``: the experiment's results folder)."""
     out = []
     for job in jobs:
         job = dict(job)
         if job["benchmark"] and (run / job["benchmark"]).is_file():
             job.update(read_benchmark(run / job["benchmark"]))
         patterns = OUTPUTS.get(job["rule"], [])
-        job["bytes"] = sum(disk_bytes(run / p.format(**job["wildcards"])) for p in patterns) if patterns else None
+        job["bytes"] = sum(disk_bytes(folder / p.format(**job["wildcards"])) for p in patterns) if patterns else None
         if job["rule"] in ("encode_corpus", "impact_index"):
             w = job["wildcards"]
-            stats = run / f"results/encoded/{w['backbone']}/{w['variant']}/corpora/{w['corpus']}.stats.json"
+            stats = folder / f"encoded/{w['backbone']}/{w['variant']}/corpora/{w['corpus']}.stats.json"
             if stats.is_file():
                 s = json.loads(stats.read_text())
                 job["nnz"] = s.get("mean_nnz_per_doc")
@@ -259,8 +267,9 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     throughputs = dict(throughputs or load_throughputs(THROUGHPUTS_CPU_PATH))
     prior = throughputs.pop("cpu", None)
     config = load_plan_config(configfile)
+    folder = experiment_folder(config, run)
     sizes = Sizes(config, throughputs, run)
-    jobs = measured_jobs(dry_run_jobs(configfile, targets, run), run)
+    jobs = measured_jobs(dry_run_jobs(configfile, targets, run), run, folder)
     missing = [j["benchmark"] for j in jobs if j["benchmark"] and "s" not in j]
     if missing:
         raise CalibrationError(f"{run}: {len(missing)} benchmark files missing (e.g. {missing[0]}); fix: calibrate "
@@ -289,14 +298,14 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
             b0, b1 = _fit([(byte_units(j, sizes, j.get("nnz")), j["bytes"]) for j in sized])
             entry.update(bytes_fixed=round(b0), bytes_per_unit=b1, byte_unit=BYTE_UNITS.get(rule, entry["unit"]))
         rules[rule] = entry
-    disk = read_disk(run / "results/rehearsal/disk.tsv")
+    disk = read_disk(folder / "disk.tsv")
     unattributed = (disk["final_bytes"] - disk["start_bytes"]
                     - sum(j["bytes"] or 0 for j in jobs if j["rule"] != "encode_corpus"))
     cpu = {
         "machine": machine or _machine(),
         "date": datetime.date.today().isoformat(),
-        "source": f"`splade-rescale calibrate` of a finished run of {configfile} (results/benchmarks, output sizes, "
-                  "results/rehearsal/disk.tsv)",
+        "source": f"`splade-rescale calibrate` of a finished run of {configfile} (its results/<experiment>/: "
+                  "benchmarks, output sizes, disk.tsv)",
         "doc_nnz_when_unpruned": sizes.nnz,
         "other_bytes_per_job": round(max(0.0, unattributed) / len(jobs)),
         "snakemake_overhead_s_per_job": 0.0,
@@ -329,18 +338,19 @@ def _machine() -> str:
     return f"{model}, {os.cpu_count()} cores"
 
 
-def _cores_of(run: Path) -> int:
-    head = (run / "results/rehearsal/disk.tsv").read_text()
+def _cores_of(folder: Path) -> int:
+    head = (folder / "disk.tsv").read_text()
     m = re.search(r"--cores (\d+)", head)
     return int(m.group(1)) if m else 1
 
 
 def input_bytes(config: Mapping[str, Any], run: Path) -> int:
-    """Bytes of the config's local dataset files that lie under results/ (built before the run)."""
+    """Bytes of the config's local dataset files that lie in its results folder (built before the run)."""
+    folder = experiment_folder(config, run)
     paths = set()
     for spec in config["datasets"].values():
         for key in ("corpus", "queries", "qrels", "path"):
-            if key in spec and str(spec[key]).startswith("results/"):
+            if key in spec and (run / spec[key]).resolve().is_relative_to(folder.resolve()):
                 paths.add(spec[key])
     return sum(disk_bytes(run / p) for p in paths)
 
@@ -351,7 +361,8 @@ def predict(config: Mapping[str, Any], throughputs: Mapping[str, Any], jobs: lis
             run: str | Path = ".", start_bytes: float | None = None, sizes: Sizes | None = None) -> dict[str, Any]:
     """Wall seconds, peak and final bytes of ``jobs`` on ``cores`` cores from ``throughputs['cpu']``.
 
-    ``start_bytes``: what results/ holds before the run (default: the config's local datasets there).
+    ``start_bytes``: what the experiment's results folder holds before the run (default: the config's local
+    datasets there).
     ``sizes``: the config's counted sizes, when the caller predicts the same jobs several times.
     """
     cpu = throughputs.get("cpu")
@@ -396,7 +407,8 @@ def _mb(n: float) -> str:
 def measured(configfile: str | Path, run: str | Path = ".", targets: Sequence[str] = ("all",)) -> dict[str, Any]:
     """Per rule: jobs, seconds (sum and max), peak RSS, MB written, output bytes; the run's wall and disk."""
     run = Path(run)
-    jobs = measured_jobs(dry_run_jobs(configfile, targets, run), run)
+    folder = experiment_folder(load_plan_config(configfile), run)
+    jobs = measured_jobs(dry_run_jobs(configfile, targets, run), run, folder)
     rules: dict[str, dict[str, float]] = {}
     for j in jobs:
         if "s" not in j:
@@ -409,7 +421,7 @@ def measured(configfile: str | Path, run: str | Path = ".", targets: Sequence[st
         r["max_rss_mb"] = max(r["max_rss_mb"], j["max_rss"])
         r["io_out_mb"] += j["io_out"]
         r["output_bytes"] += j["bytes"] or 0
-    return {"rules": rules, "jobs": len(jobs), **read_disk(run / "results/rehearsal/disk.tsv")}
+    return {"rules": rules, "jobs": len(jobs), **read_disk(folder / "disk.tsv")}
 
 
 def render_measured(m: Mapping[str, Any], title: str) -> str:
@@ -421,7 +433,7 @@ def render_measured(m: Mapping[str, Any], title: str) -> str:
         lines.append(f"| {rule} | {r['jobs']} | {r['s']:,.0f} | {r['max_s']:,.1f} | {r['max_rss_mb']:,.0f} | "
                      f"{r['io_out_mb']:,.1f} | {_mb(r['output_bytes'])} |")
     lines += ["", f"Whole run: {m['jobs']} jobs, wall {m['wall_s']:,.0f} s ({m['wall_s'] / 60:.1f} min), "
-              f"peak disk of results/ {_mb(m['peak_bytes'])} MB, final {_mb(m['final_bytes'])} MB "
+              f"peak disk of results/<experiment>/ {_mb(m['peak_bytes'])} MB, final {_mb(m['final_bytes'])} MB "
               "(encode_corpus outputs: its temporary shards).", ""]
     return "\n".join(lines)
 
@@ -451,7 +463,7 @@ def report(configfile: str | Path, throughputs_file: str | Path, out_dir: str | 
 
     run, out_dir = Path(run), Path(out_dir)
     m = measured(configfile, run, targets)
-    cores = _cores_of(run)
+    cores = _cores_of(experiment_folder(load_plan_config(configfile), run))
     throughputs = load_throughputs(throughputs_file)
     p = predict(load_plan_config(configfile), throughputs, dry_run_jobs(configfile, targets, run), cores, run,
                 m["start_bytes"])
@@ -476,7 +488,7 @@ def render_prediction(p: Mapping[str, Any], cores: int, cpu: Mapping[str, Any]) 
     return "\n".join([
         f"## CPU run on {cores} cores (throughputs `cpu`: {cpu.get('machine')}, {cpu.get('date')})", "",
         f"{p['jobs']} jobs; predicted wall {p['wall_s']:,.0f} s ({p['wall_s'] / 3600:.2f} h), "
-        f"{p['core_s'] / 3600:.2f} core-hours; disk of results/: peak {_mb(p['peak_bytes'])} MB, "
+        f"{p['core_s'] / 3600:.2f} core-hours; disk of results/<experiment>/: peak {_mb(p['peak_bytes'])} MB, "
         f"final {_mb(p['final_bytes'])} MB.", "",
         "Model: per rule, seconds = fixed + rate x units (fitted across a measured run's jobs) + Snakemake's "
         "per-job overhead; jobs list-scheduled on the cores by their threads and dependencies, longest remaining "

@@ -24,7 +24,7 @@ OPTIONAL_DEFAULTS: dict[str, Any] = {
     "chunk_size": 8192,             # vocabulary chunk of the fused head
     "shuffle_buffer": 10_000,
     "keep_checkpoints": 2,
-    # Sparsity verdict, made once at the end of training (see splade_rescale.training.train): collapsed when
+    # Sparsity verdict, judged on a finished run (splade_rescale.training.verdict, rule judge_training): collapsed when
     # the mean non-zeros per query or document over the last collapse_window steps after the FLOPS
     # warm-up is below collapse_min_nnz (all-zero), below collapse_near_empty_q / _d (near-empty: a
     # handful of terms; SPLADE++ keeps ~20-40 per query and 100-200 per passage) or above

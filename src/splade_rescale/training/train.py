@@ -1,19 +1,18 @@
-"""SPLADE fine-tuning: contrastive (or distillation) loss + warmed-up FLOPS, with collapse
-detection, atomic checkpoints and exact resume.
+"""SPLADE fine-tuning: contrastive (or distillation) loss + warmed-up FLOPS, atomic checkpoints and
+exact resume.
 
-Over 400 lines because the loop, its checkpoints and the collapse verdict share the loop's state
-(step, sparsity window, RNG): exact resume is checked against this one place.
+Over 400 lines because the loop and its checkpoints share the loop's state (step, sparsity series,
+RNG): exact resume is checked against this one place.
 
-Why collapse detection: backbones with a large-norm MLM head collapse under standard SPLADE
-training (the paper's subject). A collapsed run must not crash the workflow: it records
-``status: collapsed`` with the step and reason, and still writes its last state as the final
-model (later stages read the manifest and skip it).
+A run records what happened: the final model, the log, the mean non-zeros of every step
+(``sparsity.csv``) and ``training.json``. Only a non-finite loss or gradient stops it early (status
+``collapsed``, the last finite weights written as the final model). Whether the run collapsed into
+all-zero, near-empty or near-dense vectors is judged afterwards on that record
+(:mod:`splade_rescale.training.verdict`), so new collapse floors never retrain.
 
-The detector must not decide the paper's question by itself. Only a non-finite loss or
-gradient stops training at once. Sparsity (all-zero, near-empty or near-dense vectors) is judged once,
-at the end, on the mean non-zeros of the last ``collapse_window`` steps after the FLOPS
-warm-up: a head that is dense at initialisation, which a positive rescaling factor does not
-change, gets the whole run to sparsify before it counts as collapsed.
+A checkpoint carries a fingerprint of what its run is made from (the init's and the examples'
+contents, the recipe's trajectory keys, the data spec, the effective precision): a rerun resumes
+only a checkpoint of the same run, and otherwise starts over, logging what differs.
 
 Batch layout: ``batch_size`` queries per optimisation step in total, split into
 ``grad_accumulation`` micro-batches and then across ranks. In-batch negatives and FLOPS are
@@ -30,9 +29,7 @@ import math
 import os
 import random
 import shutil
-import statistics
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -41,7 +38,8 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import AutoTokenizer
 
-from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+from splade_rescale.atomic import atomic_dir, atomic_file, write_json, write_text
+from splade_rescale.digests import file_sha256, folder_sha256
 from splade_rescale.model.heads import load_masked_lm, weights_dtype
 from splade_rescale.model.losses import (
     average_gradients,
@@ -53,8 +51,10 @@ from splade_rescale.model.losses import (
     regulariser_weight,
 )
 from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
+from splade_rescale.rule_params import training_recipe
 from splade_rescale.training.data import Example, training_stream
 from splade_rescale.training.recipes import TrainingConfigError, check_recipe_keys
+from splade_rescale.training.verdict import series_csv
 
 # not __name__, which is "__main__" under torchrun: train.log listens here
 log = logging.getLogger("splade_rescale.training.train")
@@ -81,9 +81,6 @@ def _validate(recipe: Mapping[str, Any], world: int) -> int:
     if recipe["loss"] != "contrastive" and not recipe["teacher_scores"]:
         raise TrainingConfigError(f"loss = {recipe['loss']} needs teacher_scores (a qid<TAB>docid<TAB>score "
                                   "file); set it or use loss: contrastive")
-    window = recipe["collapse_window"]
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise TrainingConfigError(f"collapse_window = {window!r} must be a positive number of steps")
     if recipe["precision"] not in ("auto", "bf16", "fp32"):
         raise TrainingConfigError(f"precision = {recipe['precision']!r}: use auto, bf16 or fp32")
     return per_rank
@@ -165,13 +162,24 @@ def _save_checkpoint(checkpoint_dir: Path, state: dict[str, Any], keep: int) -> 
         old.unlink(missing_ok=True)
 
 
-def _comparable(recipe: Mapping[str, Any]) -> dict[str, Any]:
-    """Recipe values that change the trajectory (logging/checkpoint cadence may differ on resume)."""
-    return {k: v for k, v in recipe.items() if k not in ("log_every", "checkpoint_every", "keep_checkpoints")}
+def run_fingerprint(init_dir: Path, recipe: Mapping[str, Any], data_spec: Mapping[str, Any],
+                    bf16: bool) -> dict[str, Any]:
+    """What a run's trajectory is made from; a checkpoint is resumed only under the same one.
+
+    The init's and the examples' contents (a rescaled init of another factor, a re-mined example
+    file), the recipe's trajectory keys (not its logging or checkpoint cadence), the data spec and
+    the effective precision (``precision: auto`` is bf16 on a GPU, fp32 on most CPUs).
+    """
+    examples = data_spec.get("prepared") or data_spec.get("examples")
+    return {"init": folder_sha256(init_dir), "examples": file_sha256(examples) if examples else None,
+            "recipe": training_recipe(recipe), "data": {k: v for k, v in data_spec.items()
+                                                        if k not in ("prepared", "examples")},
+            "bf16_autocast": bf16}
 
 
-def _latest_checkpoint(checkpoint_dir: Path, recipe: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The newest checkpoint, memory-mapped, or None.
+def _latest_checkpoint(checkpoint_dir: Path, fingerprint: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The newest checkpoint of this run, memory-mapped, or None (no checkpoint, or one of another
+    run: those are deleted, with one line naming what differs).
 
     Every DDP rank reads it. Read eagerly, each rank would hold the whole file in its private
     memory (a 1B-parameter model with its AdamW moments is ~12 GB, once per GPU). Mapped, the
@@ -183,25 +191,30 @@ def _latest_checkpoint(checkpoint_dir: Path, recipe: Mapping[str, Any]) -> dict[
     found = _checkpoints(checkpoint_dir) if checkpoint_dir.is_dir() else []
     if not found:
         return None
-    state = torch.load(found[-1], map_location="cpu", mmap=True, weights_only=True)
-    if "log_csv" not in state:
-        raise TrainingConfigError(f"{found[-1]}: written by an older trainer (no training log inside); "
-                                  f"delete {checkpoint_dir} to start over")
-    ours, theirs = _comparable(recipe), _comparable(state["recipe"])
-    if ours != theirs:
-        diff = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
-        raise TrainingConfigError(f"{found[-1]}: written with a different recipe ({', '.join(diff)}); "
-                                  f"delete {checkpoint_dir} to start over")
-    return state
+    try:
+        state = torch.load(found[-1], map_location="cpu", mmap=True, weights_only=True)
+        theirs = state.get("fingerprint")
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:  # a checkpoint cut short by a crash
+        state, theirs = None, {"unreadable": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    if theirs == dict(fingerprint):
+        return state
+    theirs = theirs or {"written by": "an older trainer"}
+    diff = sorted(k for k in set(fingerprint) | set(theirs) if fingerprint.get(k) != theirs.get(k))
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # every rank has looked before rank 0 deletes
+    log.warning("%s: checkpoint of another run (%s differ); starting over", found[-1], ", ".join(diff))
+    if int(os.environ.get("RANK", "0")) == 0:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    return None
 
 
-def _resume(checkpoint_dir: Path, recipe: Mapping[str, Any], encoder: SpladeEncoder,
+def _resume(checkpoint_dir: Path, fingerprint: Mapping[str, Any], encoder: SpladeEncoder,
             optimizer: torch.optim.Optimizer, scheduler: Any, rank: int, world: int) -> dict[str, Any] | None:
     """Restore model, optimizer, scheduler and RNG from the newest checkpoint; return its other
     entries (None without a checkpoint). The state's tensors are not kept: on a GPU nothing
     then refers to the mapped file; on the CPU the AdamW moments stay mapped copy-on-write
     until the first step writes them."""
-    state = _latest_checkpoint(checkpoint_dir, recipe)
+    state = _latest_checkpoint(checkpoint_dir, fingerprint)
     if state is None:
         return None
     encoder.model.load_state_dict(state.pop("model"))
@@ -266,41 +279,6 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
     return loss, stats
 
 
-def _sparsity_verdict(window: list[tuple[int, float, float]], onset: Mapping[str, int | None],
-                      recipe: Mapping[str, Any], vocab: int) -> tuple[dict[str, Any] | None, str | None,
-                                                                      int | None, str | None]:
-    """(end-of-training statistics, collapse reason, collapse step, brief verdict) from ``window``.
-
-    ``window``: (step, mean non-zeros q, d) of the last ``collapse_window`` steps after the
-    FLOPS warm-up. Collapsed when the window's mean non-zeros of queries or documents is below
-    ``collapse_min_nnz`` (all-zero), below ``collapse_near_empty_q`` / ``collapse_near_empty_d``
-    (near-empty: a handful of terms left, which no healthy SPLADE model has), or above
-    ``collapse_dense_fraction`` x vocab (near-dense). The collapse step is when the vectors last
-    became so and stayed so to the end (``onset``), or the window's first step if the last step
-    was not. The brief verdict (e.g. ``near-empty: 2.6 terms per document``) is what the training
-    table shows beside the status. No window (the run ended within the warm-up): not judged.
-    """
-    if not window:
-        return None, None, None, None
-    first, last = window[0][0], window[-1][0]
-    q, d = statistics.fmean(w[1] for w in window), statistics.fmean(w[2] for w in window)
-    stats = {"window_steps": [first, last], "mean_nnz_q": q, "mean_nnz_d": d}
-    where = f"mean non-zeros over steps {first}-{last} (after the FLOPS warm-up): q={q:.2f}, d={d:.2f}"
-    if min(q, d) < recipe["collapse_min_nnz"]:
-        return (stats, f"all-zero representations: {where} < {recipe['collapse_min_nnz']}", onset["zero"] or first,
-                f"all-zero: {min(q, d):.2g} terms per {'query' if q < d else 'document'}")
-    floor_q, floor_d = recipe["collapse_near_empty_q"], recipe["collapse_near_empty_d"]
-    if q < floor_q or d < floor_d:
-        side, value = ("document", d) if d < floor_d else ("query", q)
-        return (stats, f"near-empty representations: {where}; floors q={floor_q:g}, d={floor_d:g}",
-                onset.get("empty") or first, f"near-empty: {value:.1f} terms per {side}")
-    if max(q, d) > recipe["collapse_dense_fraction"] * vocab:
-        side, value = ("query", q) if q > d else ("document", d)
-        return stats, (f"near-dense representations: {where} > {recipe['collapse_dense_fraction']} x vocab "
-                       f"({vocab})"), onset["dense"] or first, f"near-dense: {value:.0f} of {vocab} terms per {side}"
-    return stats, None, None, None
-
-
 def _write_final(encoder: SpladeEncoder, final_dir: Path, max_length: int) -> None:
     """Save a folder that loads with AutoModelForMaskedLM and as a sentence-transformers SparseEncoder.
 
@@ -333,22 +311,27 @@ def _file_logger(path: Path) -> logging.Handler:
 # ---------------------------------------------------------------------------- trainer
 
 
-def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Path, manifest_path: str | Path,
+def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Path, record_path: str | Path,
                  checkpoint_dir: str | Path, recipe: Mapping[str, Any], data_spec: Mapping[str, Any],
-                 device: str = "auto", root: str | Path = ".", log_file: str | Path | None = None
-                 ) -> dict[str, Any]:
-    """Train SPLADE from ``init_dir``; resume from ``checkpoint_dir`` if it holds a checkpoint.
+                 device: str = "auto", root: str | Path = ".", log_file: str | Path | None = None,
+                 series_path: str | Path | None = None) -> dict[str, Any]:
+    """Train SPLADE from ``init_dir``; resume from ``checkpoint_dir`` if it holds this run's checkpoint.
 
-    Writes the final model (also on collapse), the CSV log, ``log_file`` (Python logging;
-    default ``train.log`` beside the CSV) and the manifest; returns the manifest.
+    Writes the final model (also after a non-finite stop), the CSV log, ``log_file`` (Python
+    logging; default ``train.log`` beside the CSV), the per-step non-zeros (``series_path``,
+    default ``sparsity.csv`` beside the record) and the training record; returns the record. Its
+    ``status`` is ``collapsed`` only for a non-finite stop: the sparsity verdict is
+    :func:`splade_rescale.training.verdict.judge`'s.
     """
     final_dir, log_csv, checkpoint_dir = Path(final_dir), Path(log_csv), Path(checkpoint_dir)
+    record_path = Path(record_path)
+    series_path = Path(series_path) if series_path else record_path.with_name("sparsity.csv")
     recipe = dict(recipe)
     rank, world, dev = _init_distributed(resolve_device(device))
     per_rank = _validate(recipe, world)
     handler = _file_logger(Path(log_file) if log_file else log_csv.parent / "train.log") if rank == 0 else None
     try:
-        return _train(Path(init_dir), final_dir, log_csv, Path(manifest_path), checkpoint_dir, recipe,
+        return _train(Path(init_dir), final_dir, log_csv, record_path, series_path, checkpoint_dir, recipe,
                       dict(data_spec), dev, Path(root), rank, world, per_rank)
     finally:
         if handler is not None:
@@ -356,8 +339,8 @@ def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Pat
             handler.close()
 
 
-def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, checkpoint_dir: Path,
-           recipe: dict[str, Any], data_spec: dict[str, Any], dev: torch.device, root: Path,
+def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, series_path: Path,
+           checkpoint_dir: Path, recipe: dict[str, Any], data_spec: dict[str, Any], dev: torch.device, root: Path,
            rank: int, world: int, per_rank: int) -> dict[str, Any]:
     started = time.perf_counter()
     random.seed(recipe["seed"])
@@ -371,14 +354,12 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     params = [p for p in encoder.parameters() if p.requires_grad]
 
     step, elapsed_before = 0, 0.0
-    # sparsity after the FLOPS warm-up (step, nnz q, nnz d), and since when it is all-zero / near-dense
-    window: deque[tuple[int, float, float]] = deque(maxlen=recipe["collapse_window"])
-    onset: dict[str, int | None] = {"zero": None, "empty": None, "dense": None}
-    state = _resume(checkpoint_dir, recipe, encoder, optimizer, scheduler, rank, world)
+    series: list[tuple[int, float, float]] = []  # (step, mean non-zeros per query, per document), every step
+    fingerprint = run_fingerprint(init_dir, recipe, data_spec, uses_bf16(dev, recipe["precision"]))
+    state = _resume(checkpoint_dir, fingerprint, encoder, optimizer, scheduler, rank, world)
     if state is not None:
         step, elapsed_before = state["step"], state["elapsed_s"]
-        window.extend(tuple(w) for w in state["sparsity_window"])
-        onset = state["sparsity_onset"]
+        series = [tuple(row) for row in state["sparsity_series"]]
         log.info("resumed from %s at step %d", checkpoint_dir, step)
     if rank == 0:
         _start_log(log_csv, state["log_csv"] if state is not None else _LOG_HEADER)
@@ -390,7 +371,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
     stream = training_stream(data_spec, recipe, start=step * recipe["batch_size"], root=root)
     batches = _batches(stream, micro_global, recipe["negatives_per_query"])
     vocab = encoder.vocab_size
-    status, reason, collapse_step, brief = "ok", None, None, None
+    status, reason, collapse_step = "ok", None, None
     last_row: dict[str, Any] = {}
     t_start = time.perf_counter()
     bar = tqdm(total=recipe["steps"], initial=step, disable=rank != 0, desc="train", mininterval=5)
@@ -417,7 +398,6 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
         if not (math.isfinite(values["loss"]) and math.isfinite(grad_norm)):
             status, reason, collapse_step = "collapsed", f"non-finite loss ({values['loss']}) or gradient " \
                                                          f"norm ({grad_norm})", step + 1
-            brief = "non-finite loss or gradient"
             optimizer.zero_grad(set_to_none=True)  # keep the last finite weights
         else:
             optimizer.step()
@@ -425,14 +405,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
             optimizer.zero_grad(set_to_none=True)
         step += 1
         bar.update(1)
-        low = min(values["nnz_q"], values["nnz_d"]) < recipe["collapse_min_nnz"]
-        empty = values["nnz_q"] < recipe["collapse_near_empty_q"] or values["nnz_d"] < recipe["collapse_near_empty_d"]
-        high = max(values["nnz_q"], values["nnz_d"]) > recipe["collapse_dense_fraction"] * vocab
-        onset = {"zero": (onset["zero"] or step) if low else None,
-                 "empty": (onset.get("empty") or step) if empty else None,
-                 "dense": (onset["dense"] or step) if high else None}
-        if step > recipe["flops_warmup_steps"]:
-            window.append((step, values["nnz_q"], values["nnz_d"]))
+        series.append((step, values["nnz_q"], values["nnz_d"]))
         dt = time.perf_counter() - t0
         last_row = {"step": step, "lr": lr, "lambda_q": lam_q, "lambda_d": lam_d, "loss": values["loss"],
                     "loss_rank": values["loss_rank"], "loss_flops_q": lam_q * values["flops_q"],
@@ -453,36 +426,27 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
                 _save_checkpoint(checkpoint_dir, {
                     "step": step, "examples_seen": step * recipe["batch_size"], "recipe": recipe,
                     "model": encoder.model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(), "rng": rng, "sparsity_window": list(window),
-                    "sparsity_onset": onset, "elapsed_s": last_row["elapsed_s"],
+                    "scheduler": scheduler.state_dict(), "rng": rng, "sparsity_series": series,
+                    "fingerprint": fingerprint, "elapsed_s": last_row["elapsed_s"],
                     "log_csv": log_csv.read_bytes().decode()}, recipe["keep_checkpoints"])
     bar.close()
-    sparsity = None
-    if status == "ok":
-        sparsity, reason, collapse_step, brief = _sparsity_verdict(list(window), onset, recipe, vocab)
-        if reason is not None:
-            status = "collapsed"
-            log.warning("collapsed (from step %d): %s", collapse_step, reason)
-        elif sparsity is None:
-            log.warning("sparsity not judged: the run ended within the FLOPS warm-up (%d steps)",
-                        recipe["flops_warmup_steps"])
-
-    manifest = {"status": status, "reason": reason, "verdict": brief, "collapse_step": collapse_step,
-                "sparsity": sparsity,
-                "steps_done": step, "steps_planned": recipe["steps"], "recipe": recipe, "data": data_spec,
-                "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
-                "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
-                "bf16_autocast": uses_bf16(dev, recipe["precision"]),
-                "head": recipe["head"], "last_log": last_row, "wall_s_this_run": time.perf_counter() - started,
-                "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
+    record = {"status": status, "reason": reason, "verdict": "non-finite loss or gradient" if reason else None,
+              "collapse_step": collapse_step, "steps_done": step, "steps_planned": recipe["steps"],
+              "recipe": training_recipe(recipe), "data": data_spec, "vocab_size": vocab,
+              "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
+              "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
+              "bf16_autocast": fingerprint["bf16_autocast"], "head": recipe["head"], "last_log": last_row,
+              "wall_s_this_run": time.perf_counter() - started,
+              "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
     if rank == 0:
         _write_final(encoder, final_dir, recipe["doc_max_length"])
-        write_json(manifest_path, manifest)
-        # the final model and manifest now hold everything; checkpoints (model + AdamW state,
+        write_text(series_path, series_csv(series))
+        write_json(record_path, record)
+        # the final model and the record now hold everything; checkpoints (model + AdamW state,
         # ~0.4 GB each for MiniLM, several GB for large backbones) only served resumption
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
-        log.info("finished: status %s after %d steps (%s)", status, step, reason or "no collapse")
-    return manifest
+        log.info("finished: status %s after %d steps (%s)", status, step, reason or "no non-finite stop")
+    return record
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -491,7 +455,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, manifest_path: Path, 
 def main(argv: list[str] | None = None) -> None:
     """``python -m splade_rescale.training.train`` (or under ``torchrun``): one training run."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("init-dir", "final-dir", "log-csv", "manifest", "checkpoint-dir"):
+    for name in ("init-dir", "final-dir", "log-csv", "record", "checkpoint-dir"):
         p.add_argument(f"--{name}", required=True)
     p.add_argument("--recipe-json", required=True, help="resolved recipe (resolve_recipe) as JSON")
     p.add_argument("--data-json", required=True, help="training.data spec as JSON")
@@ -499,11 +463,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", default=".")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    manifest = run_training(a.init_dir, a.final_dir, a.log_csv, a.manifest, a.checkpoint_dir,
-                            json.loads(a.recipe_json), json.loads(a.data_json), device=a.device, root=a.root)
+    record = run_training(a.init_dir, a.final_dir, a.log_csv, a.record, a.checkpoint_dir,
+                          json.loads(a.recipe_json), json.loads(a.data_json), device=a.device, root=a.root)
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    print(json.dumps({"status": manifest["status"], "steps_done": manifest["steps_done"]}))
+    print(json.dumps({"status": record["status"], "steps_done": record["steps_done"]}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,210 @@
+"""What each rule's output is made from: the one place naming the config keys that reach a rule's params.
+
+Snakemake reruns a job when its params change, so a rule's params hold exactly the values its output
+depends on. Prose (a recipe's ``source``, a dataset's ``note``, published figures), logging and
+checkpoint cadence, GPU counts, threads, launchers and devices are not among them: editing those
+reruns nothing (the runtime ones reach the jobs through ``SPLADE_RESCALE_RUNTIME``, common.smk). A key
+that changes only a judgement, the collapse floors, reaches the cheap ``judge_training`` step, never
+the training. Local data files are inputs of the rules that read them (:func:`dataset_files`).
+
+Kept free of torch: the Snakefile calls it while it builds the DAG.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from splade_rescale.config import query_max_length
+from splade_rescale.data.datasets import default_exclude_self
+from splade_rescale.data.prepare import query_spec
+
+# Recipe keys that change how often a run logs or checkpoints, or that document it: not what it learns.
+RECIPE_CADENCE = ("log_every", "checkpoint_every", "keep_checkpoints")
+RECIPE_PROSE = ("source",)
+# Recipe keys of the sparsity verdict (splade_rescale.training.verdict): they judge a finished run.
+VERDICT_KEYS = ("collapse_min_nnz", "collapse_near_empty_q", "collapse_near_empty_d", "collapse_dense_fraction",
+                "collapse_window")
+# A backbone's keys that do not change its checkpoint: how many GPUs train it, and a length limit
+# that only the config check reads.
+BACKBONE_NOT_FETCHED = ("train_gpus", "max_length")
+# A reference model's figures and encoding lengths: they do not change the checkpoint fetched.
+REFERENCE_NOT_FETCHED = ("published", "encoding")
+# What tables and figures read of the config (splade_rescale.report); runtime sections stay out.
+REPORT_SECTIONS = ("experiment", "backbones", "variants", "reference_backbone", "reference_models", "bm25",
+                   "datasets")
+FIGURE_SECTIONS = ("experiment", "backbones", "variants", "reference_backbone", "datasets")
+# The encoding keys corpus vectors and query vectors depend on (lengths come per corpus / query set).
+CORPUS_ENCODING = ("head", "precision", "doc_max_length", "quantization", "max_active_dims")
+QUERY_ENCODING = ("head", "precision", "quantization")
+
+
+def backbone_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A backbone's entry as its fetch depends on it."""
+    return {k: v for k, v in spec.items() if k not in BACKBONE_NOT_FETCHED}
+
+
+def reference_model_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A reference model's entry as its fetch depends on it."""
+    return {k: v for k, v in spec.items() if k not in REFERENCE_NOT_FETCHED}
+
+
+def training_recipe(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved recipe's keys that change a run's trajectory (its weights and log values)."""
+    return {k: v for k, v in recipe.items() if k not in RECIPE_CADENCE + RECIPE_PROSE + VERDICT_KEYS}
+
+
+def training_cadence(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved recipe's logging and checkpoint cadence (a runtime setting)."""
+    return {k: recipe[k] for k in RECIPE_CADENCE if k in recipe}
+
+
+def verdict_floors(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved recipe's collapse floors and window: what ``judge_training`` depends on."""
+    return {k: recipe[k] for k in VERDICT_KEYS}
+
+
+def model_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The encoding section, with a reference model's own lengths over it."""
+    own = (config.get("reference_models") or {}).get(model, {}).get("encoding", {})
+    return {**config["encoding"], **own}
+
+
+def corpus_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The encoding settings a corpus's vectors depend on (a query-only change reruns no corpus)."""
+    encoding = model_encoding(config, model)
+    return {k: encoding[k] for k in CORPUS_ENCODING}
+
+
+def query_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The encoding settings query vectors depend on besides their length."""
+    encoding = model_encoding(config, model)
+    return {k: encoding[k] for k in QUERY_ENCODING}
+
+
+def query_set(config: Mapping[str, Any], model: str, dataset: str) -> dict[str, Any]:
+    """What one dataset's query vectors for one model depend on: the entry's query part, the length,
+    and for local files a digest of the judged queries themselves (an edit that keeps them reruns nothing)."""
+    spec = config["datasets"][dataset]
+    return {"spec": query_spec(spec), "max_length": query_max_length(model_encoding(config, model), spec),
+            "queries_sha256": judged_queries_digest(dataset, json.dumps(query_spec(spec), sort_keys=True))}
+
+
+def query_sets(config: Mapping[str, Any], model: str) -> dict[str, dict[str, Any]]:
+    """Every dataset's query set, for one model's encode_queries job."""
+    return {d: query_set(config, model, d) for d in config["datasets"]}
+
+
+def search_spec(config: Mapping[str, Any], model: str | None, dataset: str) -> dict[str, Any]:
+    """What one dataset's run depends on besides its index and the cut-off ``retrieval.k``: whether
+    a query's own id is dropped, and its queries: their vectors' settings for a SPLADE model, the
+    dataset's query part and the judged queries' digest for BM25 (which reads them itself)."""
+    spec = config["datasets"][dataset]
+    exclude_self = default_exclude_self(dataset, spec)
+    if model is None:
+        return {**query_spec(spec), "exclude_self": exclude_self,
+                "queries_sha256": judged_queries_digest(dataset, json.dumps(query_spec(spec), sort_keys=True))}
+    return {"exclude_self": exclude_self, "queries": query_set(config, model, dataset),
+            "encoding": query_encoding(config, model)}
+
+
+def model_query_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """What a model's query vectors depend on besides each dataset's settings: the query encoding, and a
+    reference model's own query lengths over the dataset's (:func:`dataset_search`)."""
+    own = (config.get("reference_models") or {}).get(model, {}).get("encoding", {})
+    return {**query_encoding(config, model), "own_lengths": {k: v for k, v in own.items() if "query" in k}}
+
+
+def dataset_search(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
+    """What every run of a dataset depends on besides its model and index: the cut-off, exclude_self,
+    the dataset's query part, its judged queries' digest and its query length (the encoding section's)."""
+    spec = config["datasets"][dataset]
+    return {"k": config["retrieval"]["k"], "exclude_self": default_exclude_self(dataset, spec),
+            "spec": query_spec(spec), "max_length": query_max_length(config["encoding"], spec),
+            "queries_sha256": judged_queries_digest(dataset, json.dumps(query_spec(spec), sort_keys=True))}
+
+
+def settings_records(config: Mapping[str, Any], models: list[str]) -> dict[str, tuple[Any, list[str]]]:
+    """The settings records of a config: name -> (value, local files it is made from).
+
+    A stage whose input from upstream is ancient (query vectors, the judged manifest) is not looked at
+    by Snakemake when that upstream job reruns, so its own params and file times would go unnoticed;
+    these records (rule ``settings``, no upstream) carry them as ordinary inputs instead: per model its
+    corpus and query encoding, per dataset its search and its evaluation.
+    """
+    records: dict[str, tuple[Any, list[str]]] = {}
+    for model in models:
+        records[f"corpus-encoding.{model}"] = (corpus_encoding(config, model), [])
+        records[f"query-encoding.{model}"] = (model_query_encoding(config, model), [])
+    for dataset, spec in config["datasets"].items():
+        records[f"search.{dataset}"] = (dataset_search(config, dataset), [])
+        records[f"evaluation.{dataset}"] = (evaluation_spec(dataset, spec), dataset_files(spec, "queries", "qrels"))
+    return records
+
+
+def evaluation_spec(dataset: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataset's entry as its evaluation depends on it: its queries and qrels, measures, exclude_self."""
+    return {**query_spec(spec), "metrics": spec["metrics"], "exclude_self": default_exclude_self(dataset, spec)}
+
+
+def report_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What tables read of the config; backbones without their runtime keys."""
+    out = {k: config[k] for k in REPORT_SECTIONS if k in config}
+    out["backbones"] = {name: backbone_spec(spec) for name, spec in config["backbones"].items()}
+    return out
+
+
+def figure_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What figures read of the config: the tables' without what only tables print (notes, published figures)."""
+    out = {k: v for k, v in report_config(config).items() if k in FIGURE_SECTIONS}
+    out["datasets"] = {name: {k: v for k, v in spec.items() if k != "note"}
+                       for name, spec in config["datasets"].items()}
+    return out
+
+
+def dataset_files(spec: Mapping[str, Any], *parts: str) -> list[str]:
+    """The local files a dataset entry reads for ``parts`` (``corpus``, ``queries``, ``qrels``), as
+    they exist: inputs of the rules that read them, so an edit in place reruns exactly those.
+
+    ir_datasets entries have none (they are keyed by their id); a file that does not exist is left
+    out, so the job that reads it fails with the dataset's own message.
+    """
+    source = spec["source"]
+    if source == "beir_local":
+        folder = Path(spec["path"])
+        split = spec.get("split", "test")
+        candidates = {"corpus": [folder / "corpus.jsonl", folder / "corpus.jsonl.gz"],
+                      "queries": [folder / "queries.jsonl", folder / "queries.jsonl.gz"],
+                      "qrels": [folder / "qrels" / f"{split}.tsv", folder / "qrels" / f"{split}.tsv.gz"]}
+    elif source == "trec_local":
+        candidates = {part: [Path(spec[part])] if spec.get(part) else [] for part in ("corpus", "queries", "qrels")}
+    else:
+        return []
+    files = []
+    for part in parts:
+        found = [str(p) for p in candidates[part] if p.is_file()]
+        files += found[:1]
+    return files
+
+
+def corpus_files(spec: Mapping[str, Any]) -> list[str]:
+    """The local files a corpus spec's documents come from (a subset's also depend on its queries and qrels)."""
+    return dataset_files(spec, "corpus", "queries", "qrels") if spec.get("subset") else dataset_files(spec, "corpus")
+
+
+@lru_cache(maxsize=None)
+def judged_queries_digest(dataset: str, spec_json: str) -> str | None:
+    """SHA-256 of a local dataset's judged queries (ids and texts), None for ir_datasets (keyed by id).
+
+    Cached per DAG build; reads the queries and qrels files (small next to a corpus).
+    """
+    from splade_rescale.data.datasets import load_dataset
+
+    spec = json.loads(spec_json)
+    if spec["source"] == "ir_datasets":
+        return None
+    queries = load_dataset(dataset, spec).queries
+    return hashlib.sha256(json.dumps(sorted(queries.items())).encode()).hexdigest()
