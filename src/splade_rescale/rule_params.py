@@ -118,12 +118,21 @@ def model_query_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any
     return {**query_encoding(config, model), "own_lengths": {k: v for k, v in own.items() if "query" in k}}
 
 
+def dataset_queries(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
+    """What a dataset's query vectors depend on besides the model: its query part, its judged
+    queries' digest and its query length (the encoding section's; a reference model's own lengths are
+    in :func:`model_query_encoding`)."""
+    spec = config["datasets"][dataset]
+    return {"spec": query_spec(spec), "max_length": query_max_length(config["encoding"], spec),
+            "queries_sha256": judged_queries_digest(dataset, json.dumps(query_spec(spec), sort_keys=True))}
+
+
 def dataset_search(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
-    """What every run of a dataset depends on besides its model and index: the cut-off, exclude_self,
-    the dataset's query part, its judged queries' digest and its query length (the encoding section's)."""
+    """What every run of a dataset depends on besides its index and query vectors: the cut-off,
+    exclude_self and its queries (BM25 reads them itself)."""
     spec = config["datasets"][dataset]
     return {"k": config["retrieval"]["k"], "exclude_self": default_exclude_self(dataset, spec),
-            "spec": query_spec(spec), "max_length": query_max_length(config["encoding"], spec),
+            "spec": query_spec(spec),
             "queries_sha256": judged_queries_digest(dataset, json.dumps(query_spec(spec), sort_keys=True))}
 
 
@@ -133,13 +142,14 @@ def settings_records(config: Mapping[str, Any], models: list[str]) -> dict[str, 
     A stage whose input from upstream is ancient (query vectors, the judged manifest) is not looked at
     by Snakemake when that upstream job reruns, so its own params and file times would go unnoticed;
     these records (rule ``settings``, no upstream) carry them as ordinary inputs instead: per model its
-    corpus and query encoding, per dataset its search and its evaluation.
+    corpus and query encoding, per dataset its queries, its search and its evaluation.
     """
     records: dict[str, tuple[Any, list[str]]] = {}
     for model in models:
         records[f"corpus-encoding.{model}"] = (corpus_encoding(config, model), [])
         records[f"query-encoding.{model}"] = (model_query_encoding(config, model), [])
     for dataset, spec in config["datasets"].items():
+        records[f"queries.{dataset}"] = (dataset_queries(config, dataset), [])
         records[f"search.{dataset}"] = (dataset_search(config, dataset), [])
         records[f"evaluation.{dataset}"] = (evaluation_spec(dataset, spec), dataset_files(spec, "queries", "qrels"))
     return records

@@ -51,7 +51,7 @@ rule encode_queries:
         model=res("models/{backbone}/{variant}/final"),
         prepared=PREPARED_QUERIES,  # data.smk: ir_datasets queries and qrels cached
         local=local_query_files(),
-        settings=lambda w: settings(f"query-encoding.{w.backbone}", *(f"search.{d}" for d in DATASETS)),
+        settings=lambda w: settings(f"query-encoding.{w.backbone}", *(f"queries.{d}" for d in DATASETS)),
     output:
         queries=[res(f"encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl") for d in DATASETS],
         stats=[res(f"encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl.stats.json") for d in DATASETS],

@@ -8,7 +8,8 @@ rule impact_retrieve:
     input:
         index=lambda w: res(f"indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}"),
         queries=ancient(res("encoded/{backbone}/{variant}/queries/{dataset}.jsonl")),
-        settings=lambda w: settings(f"query-encoding.{w.backbone}", f"search.{w.dataset}"),
+        settings=lambda w: settings(f"query-encoding.{w.backbone}", f"queries.{w.dataset}",
+                                    f"search.{w.dataset}"),
     output:
         run=res("runs/{backbone}/{variant}/{dataset}.trec"),
         stats=res("runs/{backbone}/{variant}/{dataset}.stats.json"),

@@ -66,8 +66,8 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
         "rescale_head": n_back * n_var, "norms_variant": n_back * n_var, "train": n_runs,
         "judge_training": n_runs,
         # settings records (workflow/rules/settings.smk): per model name its corpus and query encoding,
-        # per dataset its search and evaluation
-        "settings": 2 * len({name for name, _ in models(config)}) + 2 * n_datasets,
+        # per dataset its queries, search and evaluation
+        "settings": 2 * len({name for name, _ in models(config)}) + 3 * n_datasets,
         "fetch_reference_model": len(config.get("reference_models") or {}),
         "mine_negatives": int(data["source"] == "beir_local" and data.get("negatives") == "bm25"),
         "encode_corpus": n_models * n_corpora, "impact_index": n_models * n_corpora,
