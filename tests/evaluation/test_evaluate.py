@@ -16,9 +16,9 @@ from splade_rescale.evaluation.evaluate import (
     flops,
     paired_test,
     run_evaluate,
-    trec_order,
 )
-from splade_rescale.retrieval.lucene import read_trec_run
+from splade_rescale.retrieval.lucene import read_trec_run, write_trec_run
+from support.trec_eval import assert_metrics_match_trec_eval
 
 POOL = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool"
 
@@ -58,16 +58,15 @@ def test_ranx_equals_trec_eval(tied):
     run = _tied(run) if tied else run
     ours = evaluate_run(qrels, run, {"ndcg": "ndcg@10", "r1000": "recall@1000-l2", "r100": "recall@100",
                                      "mrr": "mrr@10"})["per_query"]
-    te = _trec_eval(qrels, run, {"ndcg_cut.10", "recall.100"})
+    te = _trec_eval(qrels, run, {"ndcg_cut.10", "recall.100", "recip_rank"})
     te2 = _trec_eval(qrels, run, {"recall.1000"}, rel_level=2)
-    # MRR@10 = trec_eval's recip_rank on the run cut at 10 (in trec_eval's own order)
-    cut = {q: list(h.items())[:10] for q, h in trec_order(run).items()}
-    te_rr = _trec_eval(qrels, cut, {"recip_rank"})
     for q in qrels:
-        assert ours["ndcg"][q] == pytest.approx(te[q]["ndcg_cut_10"], abs=1e-4)
-        assert ours["r100"][q] == pytest.approx(te[q]["recall_100"], abs=1e-4)
-        assert ours["r1000"][q] == pytest.approx(te2[q]["recall_1000"], abs=1e-4)
-        assert ours["mrr"][q] == pytest.approx(te_rr[q]["recip_rank"], abs=1e-4)
+        assert ours["ndcg"][q] == pytest.approx(te[q]["ndcg_cut_10"], abs=1e-9)
+        assert ours["r100"][q] == pytest.approx(te[q]["recall_100"], abs=1e-9)
+        assert ours["r1000"][q] == pytest.approx(te2[q]["recall_1000"], abs=1e-9)
+        # MRR@10 = trec_eval's reciprocal rank where the first relevant hit is in its top 10, else 0
+        rr = te[q]["recip_rank"]
+        assert ours["mrr"][q] == pytest.approx(rr if rr >= 0.1 else 0.0, abs=1e-9)
 
 
 def test_one_metric_and_unsorted_query_ids_line_up_with_trec_eval():
@@ -176,3 +175,32 @@ def test_significance_matches_ranx_and_corrections():
     assert correct_pvalues({"a": 0.01, "b": 0.6}, "bonferroni") == pytest.approx({"a": 0.02, "b": 1.0})
     with pytest.raises(ValueError, match="same queries"):
         paired_test({"a": 1.0}, {"b": 1.0})
+
+
+# Integer impact scores of real magnitude, ties inside the top 10 whose order decides nDCG@10:
+#  q1: a grade-2 document ("a") and a non-relevant one ("z") tie at 3,311,261 at ranks 9 and 10, below
+#      eight non-relevant hits; Anserini lists "a" first (docid ascending), trec_eval "z" (docid descending);
+#  q2: 16,777,217 ("b", grade 1) and 16,777,216 ("y", grade 0) differ as integers but are one float32
+#      (above 2^24): a tie to trec_eval, "y" first;
+#  q3: an exact tie at 10,000 between a grade-1 ("c") and a grade-2 document ("x") at rank 1.
+MAGNITUDE_RUN = {
+    "q1": [(f"n{i}", 3_400_000 - i) for i in range(8)] + [("a", 3_311_261), ("z", 3_311_261), ("m", 17)],
+    "q2": [("b", 16_777_217), ("y", 16_777_216), ("p", 12_000_000)],
+    "q3": [("c", 10_000), ("x", 10_000), ("o", 9_999)],
+}
+MAGNITUDE_QRELS = {"q1": {"a": 2, "z": 0, "n0": 0}, "q2": {"b": 1, "y": 0, "p": 2}, "q3": {"c": 1, "x": 2}}
+
+
+def test_metrics_equal_trec_eval_on_the_written_run_at_real_score_magnitudes(tmp_path):
+    write_trec_run(MAGNITUDE_RUN, tmp_path / "run.trec")
+    res = run_evaluate(tmp_path / "run.trec", MAGNITUDE_QRELS, "beir", tmp_path / "m.json",
+                       qrels_path=tmp_path / "m.qrels")
+    assert assert_metrics_match_trec_eval(tmp_path / "m.json", tmp_path / "run.trec", tmp_path / "m.qrels") == 0.0
+    # the run file says what Anserini said: its hits in its order, ties as ties
+    lines = [line.split() for line in (tmp_path / "run.trec").read_text().splitlines()]
+    assert [(line[2], line[4]) for line in lines if line[0] == "q1"][8:10] == [("a", "3311261"), ("z", "3311261")]
+    # and the ties matter: Anserini's order would score each query differently
+    anserini = evaluate_run(MAGNITUDE_QRELS, {q: {d: float(len(h) - i) for i, (d, _) in enumerate(h)}
+                                              for q, h in MAGNITUDE_RUN.items()}, "beir")["per_query"]["nDCG@10"]
+    ours = res["per_query"]["nDCG@10"]
+    assert all(abs(anserini[q] - ours[q]) > 0.01 for q in MAGNITUDE_QRELS), (anserini, ours)

@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 import pytest
 import yaml
 
+from support.trec_eval import assert_metrics_match_trec_eval
 from support.workflow import copy_workflow, job_counts, snakemake
 
 pytestmark = pytest.mark.slow
@@ -111,6 +112,16 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
         assert json.loads((res / f"metrics/bm25/{d}.json").read_text())["metrics"], d
     # no temporaries of interrupted writes left anywhere in results/
     assert [str(p) for p in res.rglob(".*.tmp")] == []
+
+
+def test_every_metrics_file_equals_trec_eval_on_its_run(demo: Path) -> None:
+    """trec_eval (pytrec_eval) on each run file and the qrels written beside its metrics gives our numbers."""
+    res = demo / RESULTS
+    files = sorted(res.glob("metrics/**/*.json"))
+    assert len(files) == 15  # 4 models and BM25 x 3 datasets
+    for metrics in files:
+        run = res / "runs" / metrics.relative_to(res / "metrics").with_suffix(".trec")
+        assert_metrics_match_trec_eval(metrics, run, metrics.with_suffix(".qrels"))
 
 
 def test_rerun_has_nothing_to_do(demo: Path) -> None:

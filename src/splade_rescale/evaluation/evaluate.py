@@ -1,17 +1,17 @@
 """Effectiveness (ranx, matching trec_eval) and efficiency statistics of runs.
 
-trec_eval semantics, on purpose: a run is ranked by score descending, ties broken by docid
-descending (trec_eval's order, whatever the rank column says); nDCG uses linear gains
+trec_eval semantics, on purpose: a run is ranked as trec_eval ranks it, by its score read as a
+32-bit float descending, ties broken by docid descending (whatever the rank column says); nDCG uses linear gains
 (ranx ``ndcg``, as trec_eval's ``ndcg_cut``); ``-lN`` counts grade >= N as relevant
 (TREC DL recall uses grade >= 2). Unlike trec_eval's default, every query in the qrels is
 evaluated: a query missing from the run scores 0 (trec_eval ``-c``), and the counts of
 such mismatches are reported next to the scores so they are never silent.
 
-Ties: Anserini ranks equal scores by docid ascending, the reverse of trec_eval. The run files
-we write carry Anserini's order in their scores (:func:`splade_rescale.retrieval.lucene.untie`), so
-trec_eval, ranx and this module rank them as Anserini did; the docid-descending rule only
-decides the ties of other runs, e.g. Pyserini's published impact runs, whose float32 scores
-lost Anserini's tie adjustment (their published figures are trec_eval's, so ours match them).
+Ties: the run files we write hold Anserini's hits with Anserini's scores (which documents make
+the top k is Anserini's), and are ranked here as trec_eval ranks them, so that our numbers are
+the ones trec_eval gives on our files and the ones Pyserini publishes (trec_eval's on Anserini's
+runs, ties and all): see docs/calibration.md. Read as 32-bit floats, integer impact scores above
+2^24 and scores that differ by less than their float spacing are ties too.
 
 ``exclude_self`` drops a hit whose docid is the query id before scoring, as BEIR's
 ``EvaluateRetrieval.evaluate(ignore_identical_ids=True)`` does; our searches have already
@@ -59,7 +59,8 @@ def _hits(run: RunLike, qid: str) -> list[tuple[str, float]]:
 
 
 def trec_order(run: RunLike) -> dict[str, dict[str, float]]:
-    """Replace scores by strictly decreasing ones in trec_eval's order (score desc, docid desc).
+    """Replace scores by strictly decreasing ones in trec_eval's order: the score as a 32-bit float
+    (trec_eval's ``float sim``) descending, then docid descending.
 
     ranx sorts a query's hits with numba's ``np.argsort`` (quicksort, not stable) on the negated
     scores (``ranx/data_structures/common.py``: ``sort_dict_by_value``), so its order of equal
@@ -67,7 +68,7 @@ def trec_order(run: RunLike) -> dict[str, dict[str, float]]:
     """
     out: dict[str, dict[str, float]] = {}
     for qid in run:
-        hits = sorted(_hits(run, qid), key=lambda h: (h[1], h[0]), reverse=True)
+        hits = sorted(_hits(run, qid), key=lambda h: (np.float32(h[1]), h[0]), reverse=True)
         out[qid] = {d: float(len(hits) - i) for i, (d, _) in enumerate(hits)}
     return out
 

@@ -15,7 +15,6 @@ import glob
 import gzip
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -192,8 +191,9 @@ def impact_search(index_dir: str | Path, query_vectors: Mapping[str, Mapping[str
 
     Scores are rounded to integers: with integer weights the dot product is an integer, and
     Anserini's ScoreTiesAdjusterReranker lowers the i-th of a group of tied scores by i * 1e-6,
-    which rounding undoes (at SPLADE's magnitudes float32 has already lost it). Tied documents
-    keep Anserini's order, docid ascending, also at the k-th score: the smallest docids are kept.
+    which rounding undoes (at SPLADE's magnitudes float32 has already lost it). Which documents
+    are kept at the k-th score is Anserini's (docid ascending); how ties rank is trec_eval's
+    (:func:`splade_rescale.evaluation.evaluate.trec_order`).
     """
     JArrayList = _autoclass("java.util.ArrayList")
     JHashMap = _autoclass("java.util.HashMap")
@@ -260,47 +260,19 @@ def bm25_negatives(index_dir: str | Path, queries: Mapping[str, str], positives:
 # ---------------------------------------------------------------------------- run files
 
 
-TIE_STEP = 1e-6  # Anserini's ScoreTiesAdjusterReranker: the i-th of a group of equal scores loses i * 1e-6
-
-
-def untie(scores: list[float]) -> list[float]:
-    """Non-increasing scores made strictly decreasing without reordering: the i-th of each group of
-    equal scores lowered by ``i * TIE_STEP`` (less where the next lower score is closer), in double
-    precision (distinct for scores below 1e9).
-
-    Why: trec_eval (and pytrec_eval, BEIR's evaluator) ignore the rank column and order equal
-    scores by docid descending, ranx in no defined order; Anserini lowers ties so that the scores
-    carry its order, but in float32, which cannot hold 1e-6 above a score of about 32 (every
-    SPLADE score). Untied, a run file ranks the same in every tool.
-    """
-    out = list(scores)
-    i = 0
-    while i < len(out):
-        j = i
-        while j + 1 < len(out) and scores[j + 1] == scores[i]:
-            j += 1
-        if j > i:
-            gap = scores[i] - scores[j + 1] if j + 1 < len(scores) else math.inf
-            step = min(TIE_STEP, gap / (j - i + 1))
-            out[i:j + 1] = [scores[i] - n * step for n in range(j - i + 1)]
-        i = j + 1
-    return out
 
 
 def write_trec_run(run: Mapping[str, list[tuple[str, float]]], path: str | Path, tag: str = "splade") -> None:
     """Write a TREC run (``qid Q0 docid rank score tag``), atomically.
 
     Hits are stably sorted by score descending (equal scores keep the order given: Anserini's, for
-    our searches) and tied scores are lowered by :func:`untie`, so that trec_eval, ranx and our
-    evaluation all rank the file as Anserini did. Integral scores are written as integers, others
-    exactly (``repr``).
+    our searches) and their scores written as they are, integral ones as integers, others exactly
+    (``repr``): trec_eval reads them as Anserini's, and our evaluation ranks them as trec_eval does.
     """
     with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for qid in run:
-            hits = sorted(run[qid], key=lambda h: -h[1])
-            scores = untie([float(s) for _, s in hits])
-            for rank, ((docid, _), score) in enumerate(zip(hits, scores), 1):
-                s = int(score) if score.is_integer() else repr(score)
+            for rank, (docid, score) in enumerate(sorted(run[qid], key=lambda h: -h[1]), 1):
+                s = int(score) if float(score).is_integer() else repr(float(score))
                 fh.write(f"{qid} Q0 {docid} {rank} {s} {tag}\n")
 
 
