@@ -2,10 +2,12 @@
 that the factor sweep is made) rendered byte for byte as in tables_one_seed/: with one seed per
 variant the seed layer is invisible, and a layout change shows as a reviewed diff.
 
-Regenerate after a deliberate change: ``python tests/report/test_tables_golden.py --write-golden``."""
+Regenerate after a deliberate change: ``python tests/report/test_tables_golden.py --write-golden``; it
+prints the diff of every table it rewrites, for the review."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 import tempfile
@@ -39,4 +41,8 @@ def test_one_seed_tables_are_byte_identical_to_the_golden_tables(fixture_results
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
     for name, text in rendered_tables(write_results(Path(tempfile.mkdtemp()))).items():
-        (GOLDEN / name).write_text(text, encoding="utf-8")
+        path = GOLDEN / name
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        sys.stdout.writelines(difflib.unified_diff(old.splitlines(keepends=True), text.splitlines(keepends=True),
+                                                   f"golden/{name}", f"rendered/{name}"))
+        path.write_text(text, encoding="utf-8")

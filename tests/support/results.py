@@ -1,11 +1,16 @@
 """A small hand-made results tree (TEST FIXTURES, not experiment output): norms, training logs and
-manifests, per-query metrics and summaries for two backbones x two variants, one of them collapsed."""
+manifests, per-query metrics and summaries for two backbones x two variants, one of them collapsed.
+
+Every value differs from every other one of its kind (each system, dataset and metric has its own
+scores; each run its own efficiency and non-zeros), so that a table that swapped two rows, two
+columns or two datasets would render differently."""
 
 from __future__ import annotations
 
 import csv
 import json
 import random
+import zlib
 from pathlib import Path
 
 from splade_rescale.evaluation.evaluate import METRIC_SETS
@@ -28,18 +33,34 @@ CONFIG = {
 QIDS = [f"q{i}" for i in range(40)]
 
 
+def _seed(*parts: str) -> int:
+    return zlib.crc32("/".join(parts).encode())
+
+
 def scores(seed: int, shift: float = 0.0) -> dict[str, float]:
     rng = random.Random(seed)
     return {q: min(1.0, rng.uniform(0.1, 0.6) + shift + rng.uniform(-0.02, 0.02) * (shift != 0)) for q in QIDS}
 
 
+def nudged(base: dict[str, float], *key: str) -> dict[str, float]:
+    """``base`` moved by a small amount of its own per query (a system or dataset of its own, close to it)."""
+    rng = random.Random(_seed(*key))
+    return {q: min(1.0, max(0.0, s + rng.uniform(-0.03, 0.03))) for q, s in base.items()}
+
+
+def efficiency(*key: str) -> dict[str, float]:
+    """Plausible figures of one run, different for every run."""
+    rng = random.Random(_seed("efficiency", *key))
+    nnz_q, nnz_d = round(rng.uniform(15, 45), 1), round(rng.uniform(90, 260), 1)
+    return {"mean_nnz_per_query": nnz_q, "mean_nnz_per_doc": nnz_d, "flops": round(nnz_q * nnz_d / 3000, 3),
+            "index_size_bytes": int(nnz_d * 13_000 + rng.randrange(1000)), "qps": round(rng.uniform(150, 450), 1)}
+
+
 def metrics_json(dataset: str, per_query: dict[str, dict[str, float]], **labels) -> dict:
-    return {"status": "ok", "dataset": dataset, "dataset_note": CONFIG["datasets"][dataset].get("note"),
-            "metric_set": CONFIG["datasets"][dataset]["metrics"], **labels,
+    return {"status": "ok", "dataset": dataset, "metric_set": CONFIG["datasets"][dataset]["metrics"], **labels,
             "metrics": {m: sum(v.values()) / len(v) for m, v in per_query.items()}, "per_query": per_query,
             "n_queries_evaluated": len(QIDS), "n_queries_without_results": 0,
-            "efficiency": {"mean_nnz_per_query": 20.0, "mean_nnz_per_doc": 150.0, "flops": 1.5,
-                           "index_size_bytes": 2_000_000, "qps": 300.0}}
+            "efficiency": efficiency(dataset, *map(str, labels.values()))}
 
 
 def write(path: Path, obj) -> Path:
@@ -48,15 +69,21 @@ def write(path: Path, obj) -> Path:
     return path
 
 
-def per_query_for(dataset: str, base: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Every metric of the dataset's set; R@1000 a little above R@100, so that the two columns differ."""
+# how far above the dataset's first metric (nDCG@10 or MRR@10) each other metric lies: recall is higher
+METRIC_OFFSETS = {"nDCG@10": 0.0, "MRR@10": 0.0, "R@100": 0.2, "R@1000": 0.3}
+
+
+def per_query_for(dataset: str, base: dict[str, float], *key: str) -> dict[str, dict[str, float]]:
+    """Every metric of the dataset's set, each with per-query values of its own (``key``: the system)."""
     names = METRIC_SETS[CONFIG["datasets"][dataset]["metrics"]]
-    return {m: {q: min(1.0, s + 0.05) for q, s in base.items()} if m == "R@1000" else dict(base) for m in names}
+    own = nudged(base, dataset, *key)
+    return {m: {q: min(1.0, s + METRIC_OFFSETS[m]) for q, s in nudged(own, m, dataset, *key).items()}
+            for m in names}
 
 
 def write_results(tmp_path: Path) -> dict:
     """A results tree under ``tmp_path/results`` for CONFIG: small/{baseline,rescaled} fine (rescaled
-    identical on BEIR, far better on dl19-pool), big-head/baseline collapsed, big-head/rescaled far
+    close on BEIR, far better on dl19-pool), big-head/baseline collapsed, big-head/rescaled far
     better than small/rescaled."""
     res = tmp_path / "results"
     inputs: dict[str, list[Path]] = {"small": [], "big-head": []}
@@ -75,7 +102,9 @@ def write_results(tmp_path: Path) -> dict:
                 "status": "collapsed" if collapsed else "ok",
                 "reason": "FIXTURE all-zero vectors" if collapsed else None,
                 "collapse_step": 6 if collapsed else None, "steps_done": 6 if collapsed else 10, "steps_planned": 10,
-                "recipe": {"name": "fixture"}, "last_log": {"step": 6, "loss": 0.5, "nnz_q": 0.0, "nnz_d": 0.0}}))
+                "recipe": {"name": "fixture"},
+                "last_log": {"step": 6, "loss": 0.5, "nnz_q": 0.0, "nnz_d": 0.0} if collapsed else
+                {"step": 10, "loss": 0.1 + 0.01 * len(b + v), "nnz_q": 31.0 + len(v), "nnz_d": 140.0 + 5 * len(b)}}))
             log_csv = res / f"models/{b}/{v}/train_log.csv"
             with open(log_csv, "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
@@ -95,8 +124,8 @@ def write_results(tmp_path: Path) -> dict:
                     base = scores(1, 0.3) if (v == "rescaled" and d == "dl19-pool") else scores(1)
                 else:
                     base = scores(2, 0.35)
-                inputs[b].append(write(path, metrics_json(d, per_query_for(d, base), backbone=b, variant=v)))
-    bm25 = [write(res / f"metrics/bm25/{d}.json", metrics_json(d, per_query_for(d, scores(3))))
+                inputs[b].append(write(path, metrics_json(d, per_query_for(d, base, b, v), backbone=b, variant=v)))
+    bm25 = [write(res / f"metrics/bm25/{d}.json", metrics_json(d, per_query_for(d, scores(3), "bm25"), backbone="bm25"))
             for d in CONFIG["datasets"]]
     norms_md, norms_csv = res / "tables/norms.md", res / "tables/norms.csv"
     write_norms_table(norms, norms_md, norms_csv)
