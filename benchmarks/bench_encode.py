@@ -43,7 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale.retrieval import encode  # noqa: E402
-from splade_rescale.retrieval.shards import ShardFolder, ShardWriter  # noqa: E402
+from splade_rescale.retrieval.resume import ShardFolder  # noqa: E402
+from splade_rescale.retrieval.shards import ShardWriter  # noqa: E402
 from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
 PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
@@ -173,7 +174,7 @@ def coo_rows(reps: torch.Tensor, quantization: float) -> SparseRows:
 def st_encode_and_write(model, docs: list[tuple[str, str]], out: Path, batch: int, length: int) -> None:
     """sentence-transformers' encode with sparse output, quantised and written like ours."""
     folder = ShardFolder(out.with_name(f".{out.name}.partial"))
-    folder.start({})
+    folder.start({}, len(docs))
     writer = ShardWriter(folder, len(docs), 0)
     model.max_seq_length = length
     for start in range(0, len(docs), 20_000):

@@ -1,6 +1,9 @@
 """Atomic outputs: every stage writes to a temporary path in the destination's folder and
 renames it into place at the end, so an interrupted job never leaves a half-written file or
-folder that a later run (or Snakemake) would mistake for a finished one."""
+folder that a later run (or Snakemake) would mistake for a finished one.
+
+``fsync=True`` also makes the file durable before it appears (file, then folder, synced): for
+resume state, which a later run trusts after a node crash, not only after a killed process."""
 
 from __future__ import annotations
 
@@ -32,17 +35,30 @@ _UMASK = _current_umask()
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | Path) -> Iterator[Path]:
+def atomic_file(path: str | Path, fsync: bool = False) -> Iterator[Path]:
     """Yield a temporary file path beside ``path``; on success it replaces ``path`` atomically."""
     final = Path(path)
     remove_stale_tmp(final.parent, final.name)
     tmp = _tmp_sibling(final)
     try:
         yield tmp
+        if fsync:
+            fsync_path(tmp)
         os.replace(tmp, final)
+        if fsync:
+            fsync_path(final.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def fsync_path(path: str | Path) -> None:
+    """Flush a file's data, or a folder's entries (a rename in it), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -76,15 +92,15 @@ def replace_dir(src: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def write_text(path: str | Path, text: str) -> None:
+def write_text(path: str | Path, text: str, *, fsync: bool = False) -> None:
     """Write ``text`` to ``path`` atomically (UTF-8)."""
-    with atomic_file(path) as tmp:
+    with atomic_file(path, fsync) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+def write_json(path: str | Path, obj: Any, indent: int | None = 2, *, fsync: bool = False) -> None:
     """Write ``obj`` as JSON to ``path`` atomically (keys kept in insertion order)."""
-    write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", fsync=fsync)
 
 
 def remove_stale_tmp(folder: str | Path, name: str) -> None:

@@ -168,6 +168,36 @@ def test_a_bert_moved_to_its_own_vocabulary_is_unchanged(source) -> None:
     assert torch.allclose(before, after, atol=1e-5) and record["unmatched_tokens"] == 0
 
 
+def test_two_vocabularies_of_one_size_are_mapped_not_copied(source, tmp_path) -> None:
+    """WordPiece to the same tokens under other ids (the words' ids reversed): equal shapes, yet each
+    new row is its token's source row, not the source row of the same id."""
+    from transformers import BertTokenizerFast
+
+    from conftest import tiny_bert
+
+    _, _, wordpiece = source
+    tokens = wordpiece.convert_ids_to_tokens(list(range(len(wordpiece))))
+    first_word = wordpiece.convert_tokens_to_ids("!")  # [PAD], [unusedN], [UNK], [CLS]... stay in place
+    (tmp_path / "vocab.txt").write_text("\n".join(tokens[:first_word] + tokens[first_word:][::-1]) + "\n")
+    reversed_ids = BertTokenizerFast.from_pretrained(str(tmp_path))
+    assert len(reversed_ids) == len(wordpiece) and reversed_ids.get_vocab() != wordpiece.get_vocab()
+    assert reversed_ids.tokenize("the protein") == wordpiece.tokenize("the protein")
+    model = tiny_bert()
+    new, record = transfer_vocabulary(model, wordpiece, reversed_ids)
+    source_ids = wordpiece.convert_tokens_to_ids(reversed_ids.convert_ids_to_tokens(list(range(len(reversed_ids)))))
+    old_head, new_head = mlm_head(model), mlm_head(new)
+    assert torch.equal(new_head.input_embeddings.weight, old_head.input_embeddings.weight[source_ids])
+    assert torch.equal(new_head.decoder.weight, old_head.decoder.weight[source_ids])
+    assert torch.equal(new_head.decoder.bias, old_head.decoder.bias[source_ids])
+    assert record["unmatched_tokens"] == 0
+    logits = []  # the same text: the same logits for its tokens
+    for head, tokenizer in ((old_head, wordpiece), (new_head, reversed_ids)):
+        batch = tokenizer("the cell of a protein", return_tensors="pt")
+        with torch.no_grad():
+            logits.append(head.logits(batch["input_ids"], batch["attention_mask"])[0][:, batch["input_ids"][0]])
+    assert torch.allclose(*logits, atol=1e-5)
+
+
 def test_encoding_gives_a_vector_over_wordpiece_ids(transferred, source) -> None:
     from splade_rescale.model.splade import SpladeEncoder
 

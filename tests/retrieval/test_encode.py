@@ -6,6 +6,7 @@ output, atomic writes, the stats JSON, and one encode -> index -> search -> eval
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -17,7 +18,7 @@ from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
 from splade_rescale.retrieval import encode, lucene
-from splade_rescale.retrieval.sparse_rows import prune, sparsify
+from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, prune, sparsify
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
@@ -69,6 +70,69 @@ def test_sparsify_rounds_and_keeps_the_non_zeros():
     assert rows.indptr.tolist() == [0, 2, 2, 3] and rows.terms.dtype.name == "int32"
     with pytest.raises(ValueError, match="negative"):
         sparsify(torch.tensor([[-1.0]]), 100)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 3e37])  # 3e37 * 100 overflows
+def test_sparsify_stops_at_a_non_finite_weight(value):
+    """NaN was weight 0 or -2^31, inf a line-writer table of 2^31 entries; now the row is named."""
+    reps = torch.tensor([[0.5, 0.0], [0.0, 0.0], [0.1, 0.2]])
+    reps[2, 1] = value
+    with pytest.raises(NonFiniteWeights) as err:
+        sparsify(reps, 100)
+    assert err.value.row == 2 and not torch.isfinite(torch.tensor(err.value.value))
+
+
+class NonFinite:
+    """A stub model: a few weights from each text's hash, and ``value`` in the row of text ``bad``."""
+
+    def __init__(self, bad: str | None = None, value: float = float("nan")) -> None:
+        self.bad, self.value = bad, value
+
+    def tokenize(self, texts, max_length):
+        return list(texts)
+
+    def encode_sparse(self, texts, quantization, max_active_dims=None):
+        reps = torch.zeros(len(texts), 64)
+        for i, text in enumerate(texts):
+            reps[i, [hash(text) % 64, len(text) % 64]] = 0.5
+            if text == self.bad:
+                reps[i, 7] = self.value
+        return sparsify(reps, quantization, max_active_dims)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(model_dir, tmp_path, value):
+    docs = list(load_dataset("x", SPEC).iter_docs())
+    docid, text = docs[7]  # in the third shard of three documents
+    out = tmp_path / "coll"
+    with pytest.raises(ValueError) as err:
+        encode.encode_corpus(model_dir, SPEC, out, MAXLEN, batch_size=2, shard_size=3, name="scifact",
+                             encoder=NonFinite(text, value), chunk_size=3)
+    message = str(err.value)
+    assert message.startswith(f"{model_dir}: non-finite SPLADE weight ({value}) for document {docid!r} of corpus "
+                              "'scifact'; fix: ") and "\n" not in message
+    assert not out.exists() and not encode.stats_path_for(out).exists()
+    work = encode.work_folder(out)  # the shards before the document's stay; nothing of its shard
+    assert sorted(p.name for p in (work / "shards").iterdir()) == ["docs-00000.jsonl.gz", "docs-00001.jsonl.gz"]
+    assert sorted(p.name for p in (work / "records").glob("*.json")) == ["docs-00000.json", "docs-00001.json"]
+    # a rerun with a sound model resumes after them and equals an uninterrupted run
+    sound = functools.partial(encode.encode_corpus, model_dir, SPEC, max_length=MAXLEN, batch_size=2, shard_size=3,
+                              name="scifact", encoder=NonFinite(), chunk_size=3)
+    stats = sound(out_dir=out)
+    sound(out_dir=tmp_path / "straight")
+    assert stats["resumed_docs"] == 6
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes()
+                                                               for p in (tmp_path / "straight").iterdir()}
+
+
+def test_a_non_finite_query_weight_names_the_query_and_writes_nothing(model_dir, tmp_path):
+    qid, text = next(iter(load_dataset("x", SPEC).queries.items()))
+    out = tmp_path / "queries.jsonl"
+    with pytest.raises(ValueError, match=rf"^{model_dir}: non-finite SPLADE weight \(inf\) for query {qid!r} of "
+                                         r"dataset 'scifact'; fix: "):
+        encode.encode_queries(model_dir, SPEC, out, 16, batch_size=2, name="scifact",
+                              encoder=NonFinite(text, float("inf")))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):

@@ -117,13 +117,10 @@ def test_shard_count_feeds_every_indexing_thread(threads: int) -> None:
 class Stub:
     """A stub model: documents of ``n`` terms, ids from the text's hash (same text, same vector)."""
 
-    calls = 0
-
     def tokenize(self, texts, max_length):
         return list(texts)
 
     def encode_sparse(self, texts, quantization, max_active_dims=None):
-        Stub.calls += len(texts)
         rows = [np.unique(np.frombuffer(t.encode()[:40].ljust(40, b"x"), dtype=np.uint8)).astype(np.int32)
                 for t in texts]
         indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
@@ -209,33 +206,6 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
     straight_stats = json.loads(encode.stats_path_for(straight).read_text())
     assert stats["term_df"] == straight_stats["term_df"]
     assert stats["mean_nnz_per_doc"] == straight_stats["mean_nnz_per_doc"]
-
-
-def test_a_changed_model_starts_again(minilm: Path, tmp_path: Path) -> None:
-    """Finished shards of another model (or other output settings) are not reused."""
-    out = tmp_path / "c"
-    Stub.calls = 0
-    docs = [(f"d{i}", f"text {i}") for i in range(10)]
-    with pytest.raises(RuntimeError):
-        encode.encode_docs(_FailAfter(Stub(), 6), iter(docs), out, 16, batch_size=2, shard_size=2, total=10,
-                           resume_key="model-a")
-    assert len(list((encode.work_folder(out) / "records").glob("*.json"))) >= 1
-    Stub.calls = 0
-    stats = encode.encode_docs(Stub(), iter(docs), out, 16, batch_size=2, shard_size=2, total=10, resume_key="model-b")
-    assert stats["resumed_docs"] == 0 and Stub.calls == 10
-
-
-class _FailAfter:
-    def __init__(self, inner, n):
-        self.inner, self.n = inner, n
-
-    def tokenize(self, texts, max_length):
-        return self.inner.tokenize(texts, max_length)
-
-    def encode_sparse(self, texts, q, k=None):
-        if Stub.calls >= self.n:
-            raise RuntimeError("killed")
-        return self.inner.encode_sparse(texts, q, k)
 
 
 def test_a_corpus_whose_docstore_is_not_built_yet_still_has_its_size(monkeypatch) -> None:

@@ -127,7 +127,8 @@ def transfer_vocabulary(model: PreTrainedModel, source: PreTrainedTokenizerBase,
     """A copy of ``model`` over ``target``'s vocabulary (mean initialisation) and its record.
 
     Every tensor whose first dimension is the vocabulary (input embeddings, decoder weight and
-    bias) is mapped by the same averaging; all other weights are copied unchanged.
+    bias) is mapped by the same averaging, also between two vocabularies of one size (only the
+    same token -> id map is copied as it is); all other weights are copied unchanged.
     """
     head = mlm_head(model)
     old_rows = head.decoder.out_features
@@ -135,7 +136,9 @@ def transfer_vocabulary(model: PreTrainedModel, source: PreTrainedTokenizerBase,
     pieces = source_pieces(source, target)
     unmatched = [i for i, p in enumerate(pieces) if not p]
     average = _averaging_matrix(pieces, old_rows, len(source))
+    same_vocabulary = source.get_vocab() == target.get_vocab()
     new_model = AutoModelForMaskedLM.from_config(_target_config(model, target, needs_bias and not had_bias))
+    new_rows = mlm_head(new_model).decoder.out_features
     old_state = model.state_dict()
     new_state = {}
     for key, value in new_model.state_dict().items():
@@ -145,11 +148,13 @@ def transfer_vocabulary(model: PreTrainedModel, source: PreTrainedTokenizerBase,
                 raise VocabTransferError(f"{key}: in the target model but not in the source; the architecture "
                                          f"{type(model).__name__} is not supported for vocab_transfer")
             new_state[key] = torch.zeros_like(value)  # a decoder bias the source head did not have
-        elif old.shape == value.shape:
+        elif old.shape == value.shape and same_vocabulary:
             new_state[key] = old
-        elif old.shape[0] == old_rows and old.shape[1:] == value.shape[1:]:
+        elif old.shape[0] == old_rows and value.shape[0] == new_rows and old.shape[1:] == value.shape[1:]:
             mapped = torch.sparse.mm(average, old.float().reshape(old_rows, -1)).reshape(value.shape)
             new_state[key] = mapped.to(old.dtype)
+        elif old.shape == value.shape:
+            new_state[key] = old
         else:
             raise VocabTransferError(f"{key}: shape {tuple(old.shape)} cannot be mapped to {tuple(value.shape)}")
     new_model.load_state_dict(new_state)

@@ -16,24 +16,28 @@ Memory stays bounded whatever the corpus size: documents are read in chunks of
 written back in corpus order. Chunks are cut at shard boundaries, so a shard's batches depend
 on the shard alone: a run killed after ``k`` finished shards resumes at shard ``k`` (in a
 work folder beside the output, which Snakemake does not delete) and writes the same bytes as
-an uninterrupted run. There are at least ``index_threads`` shards when the corpus is large
-enough (Anserini indexes each file on one thread).
+an uninterrupted run. It resumes only under the same inputs (the model's content, the corpus
+and its document count, the output settings, the effective precision, the device and the
+batching, which sets the padding and hence bf16's sums); other inputs start again, with one
+log line naming what differs, so a corpus never mixes bf16 and fp32 shards. There are at least
+``index_threads`` shards when the corpus is large enough (Anserini indexes each file on one thread).
 
 Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
 with thousands of non-zeros per document would write terabytes. After the first
 ``size_sample`` documents the shard and index sizes of the whole corpus are estimated; above
 ``budget_gb`` the encode stops with :class:`TooDenseError` (the workflow records "too dense
-to index" and goes on). The same bytes per document, over all the documents of every corpus
+to index" and goes on) and its work folder goes. A resumed run judges the same sample, kept in
+the work folder. The same bytes per document, over all the documents of every corpus
 the model encodes (``model_docs``), are held against ``model_budget_gb``: a model that passes
 each corpus's budget could still fill the disk over all of them. The corpus's document
 count comes from its preparation (``prepare_corpus``), so the guard runs whether or not
 ir_datasets knows the count. ``max_active_dims`` optionally keeps only each document's
-top-k weights (sentence-transformers' name for the same pruning); off by default.
+top-k weights (sentence-transformers' name for the same pruning); off by default. A NaN or
+infinite weight stops the encode with one line naming the model, the corpus and the document.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -47,18 +51,25 @@ import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
+from splade_rescale.retrieval.resume import (
+    ShardFolder,
+    bf16_autocast,
+    encoder_numerics,
+    resume_inputs,
+    skip_finished,
+    work_folder,
+)
 from splade_rescale.retrieval.shards import (
     COMPRESSOR,
     GZIP_LEVEL,
     Batches,
-    ShardFolder,
     ShardWriter,
     TermStats,
     VectorLines,
     query_prefix,
     shard_docs_for,
 )
-from splade_rescale.retrieval.sparse_rows import SparseRows
+from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, SparseRows
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +114,21 @@ def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batc
         features = pending.result()
         if b + 1 < len(batches):
             pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[b + 1]], max_length)
-        out.append((positions, encoder.encode_sparse(features, quantization, max_active_dims)))
+        try:
+            out.append((positions, encoder.encode_sparse(features, quantization, max_active_dims)))
+        except NonFiniteWeights as exc:  # its row in ``texts``
+            raise NonFiniteWeights(int(positions[exc.row]), exc.value) from None
     return out
+
+
+def _encode_items(encoder: Encoder, items: Sequence[tuple[str, str]], max_length: int, batch_size: int,
+                  quantization: float, max_active_dims: int | None, pool: ThreadPoolExecutor) -> Batches:
+    """:func:`_encode_sorted` of ``(id, text)`` pairs; a non-finite weight names its id."""
+    try:
+        return _encode_sorted(encoder, [t for _, t in items], max_length, batch_size, quantization,
+                              max_active_dims, pool)
+    except NonFiniteWeights as exc:
+        raise NonFiniteWeights(exc.row, exc.value, items[exc.row][0]) from None
 
 
 def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
@@ -153,12 +177,6 @@ def _check_budgets(n_docs: int, shard_bytes: int, nnz: int, budgets: Budgets) ->
     return estimate
 
 
-def work_folder(out_dir: str | Path) -> Path:
-    """Where an encode keeps its finished shards until the corpus is done (beside ``out_dir``)."""
-    out_dir = Path(out_dir)
-    return out_dir.with_name(f".{out_dir.name}.partial")
-
-
 def _shard_chunks(docs: Iterator[tuple[str, str]], first: int, shard_docs: int, chunk_size: int,
                   sample: int | None) -> Iterator[list[tuple[str, str]]]:
     """Chunks from document ``first`` (a shard boundary) on, cut at every shard boundary.
@@ -179,37 +197,32 @@ def _shard_chunks(docs: Iterator[tuple[str, str]], first: int, shard_docs: int, 
         pos += len(chunk)
 
 
-def _skip_finished(docs: Iterator[tuple[str, str]], n: int, last_id: str | None, where: Path) -> None:
-    """Advance ``docs`` past the ``n`` documents of the finished shards, checking the last id."""
-    seen = None
-    for seen, _ in itertools.islice(docs, n):
-        pass
-    if n and seen != last_id:
-        raise ValueError(f"{where}: its finished shards end at document {last_id!r}, but the corpus has "
-                         f"{seen!r} there; the corpus changed: delete {where} to encode it again")
-
-
 def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
                 batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
                 chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
                 model_budget_gb: float | None = None, model_docs: int | None = None,
                 size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
-                resume_key: str = "") -> dict:
+                inputs: Mapping[str, Any] | None = None) -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
     With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
     ``size_sample`` documents if the whole corpus's estimated shards + index exceed it; with
     ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
     document over ``model_docs`` documents exceed that.
-    Finished shards of an interrupted run with the same ``resume_key`` (what the vectors depend
-    on: model, corpus) and output settings are verified and kept; only the rest is encoded.
+    Finished shards of an interrupted run are verified and kept when it had the same
+    ``inputs`` (what the vectors depend on upstream: model, corpus), output settings, encoder
+    numerics (:func:`encoder_numerics`) and batching; only the rest is encoded.
     """
     out_dir = Path(out_dir)
     folder = ShardFolder(work_folder(out_dir))
     shard_docs = shard_docs_for(total, shard_size, index_threads)
-    state = {"resume_key": resume_key, "max_length": max_length, "quantization": quantization,
-             "max_active_dims": max_active_dims, "total": total, "shard_docs": shard_docs}
-    finished = folder.start(state)
+    budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
+    sample = min(size_sample, shard_docs) if budgets.active() else None  # shard 0's first chunk
+    numerics = encoder_numerics(encoder)
+    key = {**(inputs or {}), "docs": total, "shard_docs": shard_docs, "max_length": max_length,
+           "quantization": quantization, "max_active_dims": max_active_dims, "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
+           **numerics, "batch_size": batch_size, "chunk_size": chunk_size, "size_sample": sample}
+    finished = folder.start(key, shard_docs, total)
     done = sum(r.docs for r in finished)
     prior = TermStats()
     for r in finished:
@@ -218,31 +231,28 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
         log.info("resuming at shard %d: %d documents in %d verified shards, %s to encode", len(finished), done,
                  len(finished), "the rest" if total is None else f"{total - done}")
     docs = iter(docs)
-    _skip_finished(docs, done, finished[-1].last_id if finished else None, folder.root)
+    skip_finished(docs, done, finished[-1].last_id if finished else None, folder)
 
     estimate = None
-    budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
-    sample = min(size_sample, shard_docs) if budgets.active() else None
     if budget_gb and not total:
         log.warning("no document count: the size guard of encoding.index_budget_gb cannot run on this corpus")
-    if sample and finished:  # the finished shards are the sample
-        estimate = _check_budgets(done, sum(r.bytes for r in finished), prior.nnz, budgets)
-        sample = None
     t0 = time.perf_counter()
     writer = ShardWriter(folder, shard_docs, done)
     try:
+        if sample and finished:  # judged on the sample kept by the first run, or (none kept) the finished shards
+            kept = folder.size_sample or {"docs": done, "bytes": sum(r.bytes for r in finished), "nnz": prior.nnz}
+            estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
         with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool, \
                 tqdm(total=total, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
             for chunk in _shard_chunks(docs, done, shard_docs, chunk_size, sample):
-                batches = _encode_sorted(encoder, [t for _, t in chunk], max_length, batch_size, quantization,
-                                         max_active_dims, pool)
+                batches = _encode_items(encoder, chunk, max_length, batch_size, quantization, max_active_dims, pool)
                 measure = estimate is None and sample is not None
                 writer.put([d for d, _ in chunk], batches, measure=measure)
                 bar.update(len(chunk))
                 if measure:
                     writer.drain()
-                    s = writer.stats
-                    estimate = _check_budgets(s.n, writer.sample_bytes or 0, s.nnz, budgets)
+                    kept = folder.size_sample
+                    estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
             writer.close()
     except TooDenseError:
         writer.abort()
@@ -265,7 +275,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3),
             "docs_per_second": round(encoded / secs, 2) if encoded else None,
             "resumed_docs": done, "encoded_docs": encoded, "shards": n_shards, "shard_docs": shard_docs,
-            "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
+            "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}", "precision": numerics["precision"], "device": numerics["device"],
             "quantization": quantization, "max_length": max_length, "max_active_dims": max_active_dims,
             "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / stats.n, 1),
             "size_estimate": estimate}
@@ -277,8 +287,8 @@ def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: st
     qids = list(queries)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
-        batches = _encode_sorted(encoder, [queries[q] for q in qids], max_length, batch_size, quantization, None,
-                                 pool)
+        batches = _encode_items(encoder, [(q, queries[q]) for q in qids], max_length, batch_size, quantization,
+                                None, pool)
     secs = time.perf_counter() - t0
     stats = TermStats()
     for _, rows in batches:
@@ -298,22 +308,8 @@ def stats_path_for(out: str | Path) -> Path:
     return out.with_name(out.name + ".stats.json")
 
 
-def bf16_autocast(enc: Encoder) -> bool | None:
-    """Whether the encoder computes under bf16 autocast (``precision: auto`` depends on the device)."""
-    from splade_rescale.model.splade import SpladeEncoder, uses_bf16
-
-    return uses_bf16(enc.device, enc.precision) if isinstance(enc, SpladeEncoder) else None
-
-
-def model_fingerprint(model_dir: str | Path) -> str:
-    """Names, sizes and modification times of a model folder's files: a retrained model differs."""
-    h = hashlib.sha256()
-    folder = Path(model_dir)
-    for p in sorted(folder.rglob("*")) if folder.is_dir() else ():
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+NON_FINITE_FIX = ("fix: the model's weights or activations overflowed (see its training log for a divergence); "
+                  "retrain it, or encode with encoding.precision: fp32 if only bf16 overflows")
 
 
 def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
@@ -333,12 +329,14 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
     docs, known = load_corpus(name, corpus_spec, root, count=total is None)
     total = total or known
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
-    key = json.dumps({"model": model_fingerprint(model_dir), "corpus": name, "spec": corpus_spec, "head": head,
-                      "precision": precision}, sort_keys=True)
-    stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
-                        budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
-                        max_active_dims=max_active_dims, index_threads=index_threads,
-                        resume_key=hashlib.sha256(key.encode()).hexdigest())
+    try:
+        stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
+                            budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
+                            max_active_dims=max_active_dims, index_threads=index_threads,
+                            inputs=resume_inputs(model_dir, name, corpus_spec, head))
+    except NonFiniteWeights as exc:
+        raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for document {exc.item!r} of corpus "
+                         f"{name!r}; {NON_FINITE_FIX}") from None
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
                                          "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
@@ -353,7 +351,11 @@ def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str |
 
     ds = load_dataset(name, dataset_spec, root)
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
-    stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
+    try:
+        stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
+    except NonFiniteWeights as exc:
+        raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for query {exc.item!r} of dataset "
+                         f"{name!r}; {NON_FINITE_FIX}") from None
     write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir),
                                           "bf16_autocast": bf16_autocast(enc), **stats})
     return stats

@@ -4,12 +4,14 @@ Lines are byte for byte what ``json.dumps`` writes for ``{"id", "contents", "vec
 (keys and separators as today), built from per-term and per-weight lookup tables instead of a
 Python dict per document. Compression is gzip from ISA-L (``isal``) at level 1: the same gzip
 format Anserini reads, several times faster than zlib at level 6 and smaller than zlib at level 1
-(measurements: docs/measurements.md). The same bytes need the same compressor: a resumed
-encode on a machine without ``isal`` (zlib) writes its new shards in zlib's bytes.
+(measurements: docs/measurements.md). The same bytes need the same compressor, so the compressor
+is one of the inputs a resume must match (a machine without ``isal`` writes zlib's bytes).
 
 A shard is final once written: its file is renamed into place and a record beside the work
 folder gives its document count, first and last id, size, SHA-256, non-zero count and per-term
-document frequencies. A rerun after a kill verifies those records and encodes only the rest.
+document frequencies. Shard, frequencies and record are synced to disk in that order, so a
+record survives a node crash only with its shard. A rerun verifies the records
+(:mod:`splade_rescale.retrieval.resume`) and encodes only the rest.
 """
 
 from __future__ import annotations
@@ -20,11 +22,9 @@ import logging
 import operator
 import os
 import queue
-import shutil
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -37,8 +37,11 @@ except ImportError:  # pragma: no cover - isal is a dependency of the package
 
     COMPRESSOR = "zlib"
 
-from splade_rescale.atomic import write_json
+from splade_rescale.atomic import atomic_file, fsync_path, write_json
 from splade_rescale.retrieval.sparse_rows import SparseRows
+
+if TYPE_CHECKING:
+    from splade_rescale.retrieval.resume import ShardFolder
 
 log = logging.getLogger(__name__)
 
@@ -166,83 +169,6 @@ class ShardRecord:
     n_empty: int
 
 
-class ShardFolder:
-    """The work folder of one corpus encode: ``shards/`` (becomes the output) and ``records/``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.shards = root / "shards"
-        self.records = root / "records"
-        self.state = root / "state.json"
-
-    def start(self, state: dict[str, Any]) -> list[ShardRecord]:
-        """Finished shards of an earlier run with the same ``state`` (verified), else a clean folder.
-
-        ``state`` names what the shards depend on (model, corpus, output settings, shard size);
-        anything else found in the folder (another state, a shard without a valid record, a
-        half-written file) is deleted.
-        """
-        finished: list[ShardRecord] = []
-        if self.state.is_file() and json.loads(self.state.read_text()) == state:
-            finished = self._verified()
-        elif self.root.exists():
-            log.info("%s: earlier work was for other settings; starting again", self.root)
-        if not finished and self.root.exists():
-            shutil.rmtree(self.root)
-        keep = {path for r in finished for path in (self.shard(r.shard), self.record(r.shard), self.df_path(r.shard))}
-        for folder in (self.shards, self.records):
-            folder.mkdir(parents=True, exist_ok=True)
-            for p in folder.iterdir():
-                if p not in keep:
-                    p.unlink()
-        write_json(self.state, state)
-        return finished
-
-    def _verified(self) -> list[ShardRecord]:
-        out: list[ShardRecord] = []
-        for k in range(len(list(self.records.glob("*.json")))):
-            shard = self.shard(k)
-            if not (self.record(k).is_file() and shard.is_file() and self.df_path(k).is_file()):
-                break
-            rec = ShardRecord(**json.loads(self.record(k).read_text()))
-            if shard.stat().st_size != rec.bytes or _sha256(shard) != rec.sha256:
-                log.warning("%s: size or checksum differs from its record; encoding it again", shard)
-                break
-            out.append(rec)
-        return out
-
-    def shard(self, k: int) -> Path:
-        return self.shards / f"docs-{k:05d}.jsonl.gz"
-
-    def record(self, k: int) -> Path:
-        return self.records / f"docs-{k:05d}.json"
-
-    def df_path(self, k: int) -> Path:
-        return self.records / f"docs-{k:05d}.df.npy"
-
-    def stats(self, rec: ShardRecord) -> TermStats:
-        """A finished shard's statistics, from its record and its df file."""
-        out = TermStats()
-        out.n, out.nnz, out.n_empty = rec.docs, rec.nnz, rec.n_empty
-        out.df = np.load(self.df_path(rec.shard))
-        return out
-
-    def finish(self, final: Path) -> None:
-        """The shards become ``final`` (atomically); the work folder goes."""
-        from splade_rescale.atomic import replace_dir
-
-        replace_dir(self.shards, final)
-        shutil.rmtree(self.root)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
 class ShardWriter:
     """Writes chunks of encoded documents, shard by shard, in a background thread.
 
@@ -254,7 +180,6 @@ class ShardWriter:
     def __init__(self, folder: ShardFolder, shard_docs: int, first_doc: int, depth: int = 2) -> None:
         self.folder, self.shard_docs = folder, shard_docs
         self._finished = TermStats()  # this run's finished shards
-        self.sample_bytes: int | None = None
         self.error: BaseException | None = None
         self._pos = first_doc
         self._lines = VectorLines()
@@ -265,7 +190,8 @@ class ShardWriter:
 
     def put(self, docids: list[str], batches: Batches, measure: bool = False) -> None:
         """Queue a chunk (its ids in corpus order, its rows as encoded: ``(positions, rows)`` per batch);
-        ``measure``: also record its size as a standalone shard (``sample_bytes``)."""
+        ``measure``: the chunk is the size guard's sample: save its size as a standalone shard with the
+        folder (:meth:`ShardFolder.save_size_sample`) before its shard can finish."""
         self._raise()
         self._queue.put((docids, batches, measure))
 
@@ -318,12 +244,13 @@ class ShardWriter:
 
     def _write(self, docids: list[str], batches: Batches, measure: bool) -> None:
         data = self._lines.ordered([doc_prefix(d) for d in docids], batches)
-        if measure:
-            c = gzip_compressor()
-            self.sample_bytes = len(c.compress(data)) + len(c.flush())
         if self._shard is None:
             self._shard = _OpenShard(self.folder, self._pos // self.shard_docs, docids[0])
         self._shard.write(data, docids[-1], batches)
+        if measure:
+            c = gzip_compressor()
+            sample = self.stats
+            self.folder.save_size_sample(sample.n, len(c.compress(data)) + len(c.flush()), sample.nnz)
         self._pos += len(docids)
         if self._pos % self.shard_docs == 0:
             self._finish_shard()
@@ -358,15 +285,18 @@ class _OpenShard:
             self.stats.add(rows)
 
     def finish(self) -> None:
+        """Shard, then df file, then record, each durable before the next (the record means 'final')."""
         self._emit(self.gz.flush())
         self.fh.flush()
         os.fsync(self.fh.fileno())
         self.fh.close()
-        np.save(self.folder.df_path(self.k), self.stats.df)
+        with atomic_file(self.folder.df_path(self.k), fsync=True) as tmp, open(tmp, "wb") as f:
+            np.save(f, self.stats.df)
         os.replace(self.tmp, self.path)
+        fsync_path(self.path.parent)
         record = ShardRecord(self.k, self.stats.n, self.first_id, self.last_id, self.size, self.sha.hexdigest(),
                              self.stats.nnz, self.stats.n_empty)
-        write_json(self.folder.record(self.k), record.__dict__)
+        write_json(self.folder.record(self.k), record.__dict__, fsync=True)
         log.info("shard %s finished: %d documents", self.path.name, self.stats.n)
 
     def discard(self) -> None:
