@@ -171,7 +171,7 @@ def _train_cmd(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
     return [*CLI, "train", "--init", str(init), "--recipe", json.dumps(recipe), "--data", json.dumps(TRIPLES),
             "--device", "cpu", "--threads", "1", "--checkpoints", str(out / "checkpoints"),
             "--final", str(out / "final"), "--log-csv", str(out / "train_log.csv"),
-            "--manifest", str(out / "manifest.json")]
+            "--record", str(out / "training.json")]
 
 
 def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
@@ -195,7 +195,7 @@ def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
                             stderr=subprocess.DEVNULL)
     seen = _wait_for((a / "checkpoints" / "step-0000002.pt").exists, proc)
     assert _kill_at(proc, signal.SIGTERM, seen + random.Random(7).uniform(0.0, 0.5)) == -signal.SIGTERM
-    assert not (a / "final").exists() and not (a / "manifest.json").exists()
+    assert not (a / "final").exists() and not (a / "training.json").exists()
     assert all(re.fullmatch(r"step-\d{7}\.pt|" + HIDDEN_TMP.format(name=r"step-\d{7}\.pt"), p.name)
                for p in (a / "checkpoints").iterdir())
 
@@ -203,7 +203,7 @@ def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
         done = subprocess.run(_train_cmd(init, out, recipe), env=ENV, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed from" in (a / "train.log").read_text()
-    assert json.loads((a / "manifest.json").read_text())["status"] == "ok"
+    assert json.loads((a / "training.json").read_text())["status"] == "ok"
     resumed = AutoModelForMaskedLM.from_pretrained(a / "final").state_dict()
     straight = AutoModelForMaskedLM.from_pretrained(b / "final").state_dict()
     assert resumed.keys() == straight.keys()

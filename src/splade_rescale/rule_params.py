@@ -207,14 +207,16 @@ def corpus_files(spec: Mapping[str, Any]) -> list[str]:
 
 @lru_cache(maxsize=None)
 def judged_queries_digest(dataset: str, spec_json: str) -> str | None:
-    """SHA-256 of a local dataset's judged queries (ids and texts), None for ir_datasets (keyed by id).
+    """SHA-256 of a local dataset's judged queries (ids and texts), None for ir_datasets (keyed by id)
+    and while its queries or qrels file does not exist yet (a dry run before the data are placed; the
+    job that reads them fails with the dataset's own message).
 
     Cached per DAG build; reads the queries and qrels files (small next to a corpus).
     """
     from splade_rescale.data.datasets import load_dataset
 
     spec = json.loads(spec_json)
-    if spec["source"] == "ir_datasets":
+    if spec["source"] == "ir_datasets" or len(dataset_files(spec, "queries", "qrels")) < 2:
         return None
     queries = load_dataset(dataset, spec).queries
     return hashlib.sha256(json.dumps(sorted(queries.items())).encode()).hexdigest()

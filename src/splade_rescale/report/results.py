@@ -170,12 +170,5 @@ class Results:
         return [d for d in self.config["datasets"] if dataset_metric_set(self.config, d) in wanted]
 
     def notes(self, datasets: Iterable[str]) -> dict[str, str]:
-        """Each dataset's note (config ``note:`` or the metrics' ``dataset_note``)."""
-        out = {}
-        for d in datasets:
-            note = self.config["datasets"][d].get("note")
-            for system in self.systems:
-                note = note or (self.entry(system, d) or {}).get("dataset_note")
-            if note:
-                out[d] = note
-        return out
+        """Each dataset's ``note:`` from the config (prose: tables print it, no metrics file carries it)."""
+        return {d: note for d in datasets if (note := self.config["datasets"][d].get("note"))}
