@@ -52,7 +52,7 @@ test-slurm: $(STAMP)
 	SPLADE_RESCALE_SLURM_TEST=1 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -s tests/workflow/test_slurm_cluster.py
 
 dryrun: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 16 --resources gpu=1
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8
 
 # The paper run's bill before it starts (results/paper/plan.md); THROUGHPUTS=your.json to use your own figures.
 plan: $(STAMP)

@@ -7,9 +7,11 @@ the key, the value and what is expected, and nothing is written.
 
 from __future__ import annotations
 
+import os
+import re
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -190,23 +192,31 @@ def load_config(*paths: str | Path) -> dict[str, Any]:
     return config
 
 
-def gpu_job_threads(config: dict[str, Any]) -> int:
-    """Threads of the largest GPU job (encode_corpus, train) as the workflow declares them."""
-    return max(int(config.get("encoding", {}).get("threads", 2)), int(config.get("training", {}).get("threads", 2)))
+def local_threads(config: dict[str, Any], cores: int, gpus: int) -> dict[str, int]:
+    """Threads of the train, encode and Lucene jobs of a run on one machine of ``cores`` cores
+    running up to ``gpus`` GPU jobs at once (0: the model jobs run on the CPU).
 
-
-def check_cores(config: dict[str, Any], cores: int) -> None:
-    """Refuse a run with GPUs where a Lucene job leaves fewer free cores than a GPU job needs.
-
-    Snakemake starts a job only when its threads (capped at ``--cores``) are free, so with
-    ``retrieval.threads`` >= ``--cores`` every index or search job takes all the cores and the
-    GPU waits until it ends: hours for an MS MARCO index.
+    Snakemake starts a job only when its threads (capped at ``--cores``) are free: a Lucene job
+    declared with every core (12 threads on 8 cores) holds them for hours while the GPU waits. And
+    the paper's indexes and searches need about six core-hours per GPU-hour (``plan``), so a GPU
+    job that keeps four of eight cores leaves Lucene too few and the GPU waits all the same. So a
+    GPU job gets its configured threads up to a quarter of the cores per GPU (at least one; its
+    host threads only feed the device), and each index or search job the cores the GPU jobs leave.
+    Without GPU jobs the configured threads stand. Threads change how fast a job runs, not what
+    it writes: no job reruns.
     """
-    lucene = min(int(config["retrieval"]["threads"]), cores)
-    need = min(gpu_job_threads(config), cores)
-    if cores - lucene < need:
-        raise ConfigError(
-            f"retrieval.threads = {config['retrieval']['threads']} with --cores {cores} leaves {cores - lucene} "
-            f"core(s) beside a Lucene job, fewer than a GPU job's {need} (encoding/training threads), so the GPU "
-            f"would wait for Lucene; fix: set retrieval.threads <= {cores - need} or run with --cores >= "
-            f"{int(config['retrieval']['threads']) + need}")
+    train, encode = int(config["training"]["threads"]), int(config["encoding"]["threads"])
+    lucene = int(config["retrieval"]["threads"])
+    if gpus <= 0:
+        return {"train": train, "encode": encode, "lucene": lucene}
+    per_gpu_job = max(1, min(max(train, encode), cores // (4 * gpus)))
+    return {"train": min(train, per_gpu_job), "encode": min(encode, per_gpu_job),
+            "lucene": max(1, min(lucene, cores - per_gpu_job * gpus))}
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> int:
+    """NVIDIA GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES where set,
+    else the /dev/nvidiaN device files."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return len([d for d in environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip() and d.strip() != "-1"])
+    return len([p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-import yaml
 
 from conftest import REPO
-from splade_rescale.config import ConfigError, check_cores
+from splade_rescale.config import local_threads, visible_gpus
+from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule, schedule_config
-from support.workflow import snakemake
+from support.workflow import WITH_BIN, snakemake
 
 
 def _pipeline(lucene_threads: int) -> list[Job]:
@@ -50,34 +52,75 @@ def _config(lucene: int, encode: int = 4, train: int = 4) -> dict:
     return {"retrieval": {"threads": lucene}, "encoding": {"threads": encode}, "training": {"threads": train}}
 
 
-def test_cores_check_refuses_lucene_on_every_core_and_names_the_fix():
-    check_cores(_config(12), 16)
-    with pytest.raises(ConfigError, match=r"retrieval.threads = 16 with --cores 16 .*retrieval.threads <= 12"):
-        check_cores(_config(16), 16)
-    with pytest.raises(ConfigError, match=r"--cores >= 20"):
-        check_cores(_config(16), 8)  # threads capped at 8: still every core
+def test_threads_follow_the_cores_so_that_lucene_leaves_the_gpu_jobs_theirs():
+    # 16 cores, 1 GPU: a quarter (4) stays the GPU job's, 12 for Lucene: the configured figures
+    assert local_threads(_config(12), 16, 1) == {"train": 4, "encode": 4, "lucene": 12}
+    # 8 cores: 8 // 4 = 2 for the GPU job, 8 - 2 = 6 for each index or search (12 asked)
+    assert local_threads(_config(12), 8, 1) == {"train": 2, "encode": 2, "lucene": 6}
+    # 16 cores, 2 GPU jobs at once: 16 // 8 = 2 each, 16 - 2 x 2 = 12
+    assert local_threads(_config(16), 16, 2) == {"train": 2, "encode": 2, "lucene": 12}
+    # 2 cores: one each, never zero; a 1-thread training stays 1
+    assert local_threads(_config(12, train=1), 2, 1) == {"train": 1, "encode": 1, "lucene": 1}
+    # no GPU jobs (model jobs on the CPU): the configured threads stand
+    assert local_threads(_config(12), 8, 0) == {"train": 4, "encode": 4, "lucene": 12}
 
 
-def test_workflow_with_gpus_refuses_lucene_on_every_core(tmp_path):
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    config["retrieval"]["threads"] = 16
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(config))
-    proc = snakemake("all", "-n", "--cores", "16", "--resources", "gpu=1", "--configfile", str(bad))
-    assert proc.returncode != 0
-    message = proc.stdout + proc.stderr
-    assert "retrieval.threads = 16 with --cores 16" in message and "fix:" in message
-    ok = snakemake("all", "-n", "--cores", "16", "--resources", "gpu=1", "--quiet", "rules")
-    assert ok.returncode == 0, ok.stderr[-2000:]
+def test_visible_gpus_without_torch(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    assert visible_gpus({}, tmp_path) == 2
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3"}, tmp_path) == 1
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, tmp_path) == 0
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, tmp_path) == 0
+    assert visible_gpus({}, tmp_path / "none") == 0
 
 
-def test_paper_plan_keeps_the_gpu_busy_at_sixteen_cores(tmp_path):
-    after, text = schedule_config(REPO / "config/config.yaml", None, cores=16, root=REPO)
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    config["retrieval"]["threads"] = 16
-    (tmp_path / "before.yaml").write_text(yaml.safe_dump(config))
-    before, warned = schedule_config(tmp_path / "before.yaml", None, cores=16, root=REPO)
-    waiting = lambda s: s["gpu_idle_h"] - s["gpu_idle_before_first_h"] - s["gpu_idle_after_last_h"]  # noqa: E731
-    assert waiting(after) < 0.02 * after["gpu_busy_h"]  # the GPU waits only at the start and the end
-    assert waiting(before) > 0.2 * before["gpu_busy_h"] and before["wall_h"] > after["wall_h"]
-    assert "GPU busy" in text and "Warning" not in text and "refuses this run" in warned
+def test_smaller_models_train_and_encode_first_above_every_cpu_job():
+    priorities = gpu_job_priorities({
+        "ettin-1b": {"source": "hf", "repo_id": "jhu-clsp/ettin-encoder-1b"},
+        "ettin-17m": {"source": "hf", "repo_id": "jhu-clsp/ettin-encoder-17m"},
+        "bert": {"source": "hf", "repo_id": "google-bert/bert-base-uncased"},
+        "splade": {"source": "hf", "repo_id": "naver/splade-cocondenser-ensembledistil"},
+        "mine": {"source": "local", "path": "models/mine"}})
+    # 17m < bert = splade (109.5M) < 1b < unknown (ranked largest)
+    assert priorities == {"ettin-17m": 5, "bert": 3, "splade": 3, "ettin-1b": 2, "mine": 1}
+
+
+def _paper_dry_run(*args: str, gpus_seen: str) -> tuple[str, list[dict]]:
+    env = {**WITH_BIN, "CUDA_VISIBLE_DEVICES": gpus_seen}
+    proc = snakemake("all", "-n", "--forceall", "--configfile", "config/config.yaml", *args, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = []
+    for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", proc.stdout):
+        head = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        if head:
+            fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+            jobs.append({"rule": head.group(1), "threads": int(fields.get("threads", 1)),
+                         "gpu": "gpu=" in fields.get("resources", ""), "priority": int(fields.get("priority", 0))})
+    return proc.stdout + proc.stderr, jobs
+
+
+def test_the_paper_command_on_eight_cores_runs_one_gpu_job_at_a_time_beside_lucene():
+    # `snakemake --cores 8 all` with no flag, on a machine that shows one GPU
+    log, jobs = _paper_dry_run("--cores", "8", gpus_seen="0")
+    assert "GPU jobs: at most 1 at once (gpu=1)" in log
+    gpu = [j for j in jobs if j["gpu"]]
+    lucene = [j for j in jobs if j["rule"] in ("impact_index", "impact_retrieve", "bm25_index", "bm25_retrieve")]
+    assert {j["rule"] for j in gpu} == {"train", "encode_corpus", "encode_queries"} and lucene
+    assert max(j["threads"] for j in lucene) + max(j["threads"] for j in gpu) <= 8
+    assert min(j["priority"] for j in gpu) > max(j["priority"] for j in jobs if not j["gpu"])
+    # a limit given on the command line stands; no GPU seen: no limit, the model jobs run on the CPU
+    assert "at most 2 at once (gpu=2)" in _paper_dry_run("--cores", "16", "--resources", "gpu=2", gpus_seen="0")[0]
+    log, jobs = _paper_dry_run("--cores", "8", gpus_seen="")
+    assert "GPU jobs:" not in log
+    assert max(j["threads"] for j in jobs if j["rule"] == "impact_index") == 8  # 12 asked, capped at the cores
+
+
+def test_paper_plan_keeps_the_gpu_busy_on_eight_and_sixteen_cores():
+    eight, text = schedule_config(REPO / "config/config.yaml", None, cores=8, root=REPO)
+    sixteen, _ = schedule_config(REPO / "config/config.yaml", None, cores=16, root=REPO)
+    assert eight["threads"] == {"train": 2, "encode": 2, "lucene": 6}
+    assert eight["gpu_idle_h"] <= 0.10 * eight["wall_h"]
+    assert sixteen["gpu_idle_h"] <= eight["gpu_idle_h"] and sixteen["wall_h"] <= eight["wall_h"]
+    assert eight["gpu_busy_h"] == pytest.approx(sixteen["gpu_busy_h"])
+    assert "GPU busy" in text and "each index or search 6" in text

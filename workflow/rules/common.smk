@@ -6,9 +6,11 @@ import re
 from pathlib import Path
 
 import yaml
+from snakemake.logging import logger
 from snakemake.utils import validate
 
-from splade_rescale.config import ConfigError, check_cores, check_results_layout, validate_config
+from splade_rescale.config import ConfigError, check_results_layout, local_threads, validate_config, visible_gpus
+from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.data.corpora import corpora
 from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, verdict_floors
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
@@ -41,17 +43,9 @@ def res(path):
     return f"{RESULTS}/{path}"
 
 
-# A local run that declares GPUs (--resources gpu=N) must leave a GPU job's cores free beside Lucene.
 def _resource(name):
     value = workflow.global_resources.get(name)
     return getattr(value, "value", value)
-
-
-if workflow.local_exec and not workflow.remote_exec and _resource("gpu"):
-    try:
-        check_cores(config, _resource("_cores"))
-    except ConfigError as exc:
-        raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 
 
 class ConfigSection(dict):
@@ -159,6 +153,23 @@ def gpu_count():
     if device.startswith("cuda") and gpus == 0:
         raise WorkflowError(f"gpus_per_job: 0 contradicts device: {device} (a CUDA job needs a GPU)")
     return gpus
+
+
+# A run on one machine: GPU jobs never share the device. Every model job uses `device` (auto:
+# cuda:0), so where this process sees a GPU and no `--resources gpu=N` is given, one GPU job runs at
+# a time; where it sees none, model jobs run on the CPU side by side. Threads follow --cores so
+# that the GPU never waits behind Lucene (local_threads). A cluster job keeps the config's threads.
+LOCAL_GPUS = 0
+if workflow.local_exec and not workflow.remote_exec and gpu_count():
+    if _resource("gpu") is None and visible_gpus():
+        workflow.register_resource("gpu", 1)
+    LOCAL_GPUS = int(_resource("gpu") or 0)
+THREADS = local_threads(config, workflow.cores, LOCAL_GPUS)
+# Smaller models' train and encode jobs first, all above the CPU jobs (gpu_job_priorities).
+GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["reference_models"]})
+if LOCAL_GPUS:
+    logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS}); threads on {workflow.cores} cores: "
+                f"train {THREADS['train']}, encode {THREADS['encode']}, index and search {THREADS['lucene']}")
 
 
 def train_gpus(backbone):

@@ -24,7 +24,8 @@ rule encode_corpus:
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(config, w.backbone)),
-    threads: config["encoding"]["threads"]
+    threads: THREADS["encode"]
+    priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
         gpu=gpu_count(),
     log:
@@ -60,6 +61,7 @@ rule encode_queries:
         encoding=lambda w: as_json(query_encoding(config, w.backbone)),
         out_dir=lambda w, output: Path(output.queries[0]).parent,
     threads: 1  # query sets are small: one thread, so that two run side by side on a CPU
+    priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
         gpu=gpu_count(),
     log:
@@ -79,7 +81,7 @@ rule impact_index:
         res("encoded/{backbone}/{variant}/corpora/{corpus}"),
     output:
         directory(res("indexes/{backbone}/{variant}/{corpus}")),
-    threads: config["retrieval"]["threads"]
+    threads: THREADS["lucene"]
     log:
         res("logs/index/{backbone}.{variant}.{corpus}.log"),
     benchmark:
@@ -97,7 +99,7 @@ rule bm25_index:
         directory(res("indexes/bm25/{corpus}")),
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
-    threads: config["retrieval"]["threads"]
+    threads: THREADS["lucene"]
     log:
         res("logs/index/bm25.{corpus}.log"),
     benchmark:

@@ -16,7 +16,7 @@ rule impact_retrieve:
     params:
         search=lambda w: as_json(search_spec(config, w.backbone, w.dataset)),
         k=config["retrieval"]["k"],
-    threads: config["retrieval"]["threads"]
+    threads: THREADS["lucene"]
     log:
         res("logs/retrieve/{backbone}.{variant}.{dataset}.log"),
     benchmark:
@@ -42,7 +42,7 @@ rule bm25_retrieve:
     params:
         search=lambda w: as_json(search_spec(config, None, w.dataset)),
         k=config["retrieval"]["k"],
-    threads: config["retrieval"]["threads"]
+    threads: THREADS["lucene"]
     log:
         res("logs/retrieve/bm25.{dataset}.log"),
     benchmark:

@@ -48,7 +48,8 @@ rule train:
         examples=lambda w, input: f"--{'examples' if MINED else 'prepared'} {input.examples}" if input.examples else "",
         # a param, not an output: it outlives a failed job, with the log rows up to each checkpoint
         checkpoints=res("models/{backbone}/{variant}/checkpoints"),
-    threads: config["training"]["threads"]
+    threads: THREADS["train"]
+    priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
         gpu=lambda w: train_gpus(w.backbone),
     log:

@@ -86,12 +86,16 @@ class CalibrationError(ValueError):
 
 # --- the DAG ------------------------------------------------------------------------------------
 
-def dry_run_jobs(configfile: str | Path, targets: Sequence[str] = ("all",), workdir: str | Path = ".") -> list[dict]:
-    """Jobs of ``snakemake <targets> -n --forceall``: rule, wildcards, threads, benchmark, deps (job ids)."""
-    # Cores enough that Snakemake prints each job's declared threads (with fewer it scales them down
-    # and a 2-thread training job would look like a 1-thread one); the schedule caps them at its cores.
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "--forceall", "--cores", "1024",
-                           "--configfile", str(Path(configfile).resolve())],
+def dry_run_jobs(configfile: str | Path, targets: Sequence[str] = ("all",), workdir: str | Path = ".",
+                 cores: int = 1024, gpus: int | None = None) -> list[dict]:
+    """Jobs of ``snakemake <targets> -n --forceall``: rule, wildcards, threads, benchmark, deps (job ids).
+
+    By default on cores enough that Snakemake prints each job's declared threads (with fewer it scales
+    them down and a 2-thread training job would look like a 1-thread one); with ``cores`` and ``gpus``
+    of a machine, the threads the workflow gives its jobs there."""
+    resources = ["--resources", f"gpu={gpus}"] if gpus is not None else []
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *targets, "-n", "--forceall", "--cores", str(cores),
+                           *resources, "--configfile", str(Path(configfile).resolve())],
                           cwd=workdir, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         raise CalibrationError(f"snakemake dry run of {configfile} failed: {proc.stderr.strip().splitlines()[-1:]}")
@@ -103,7 +107,8 @@ def dry_run_jobs(configfile: str | Path, targets: Sequence[str] = ("all",), work
         fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
         wildcards = dict(kv.split("=", 1) for kv in fields["wildcards"].split(", ")) if "wildcards" in fields else {}
         jobs.append({"rule": head.group(1), "id": int(fields["jobid"]), "wildcards": wildcards,
-                     "threads": int(fields.get("threads", 1)), "benchmark": fields.get("benchmark"),
+                     "threads": int(fields.get("threads", 1)), "priority": int(fields.get("priority", 0)),
+                     "benchmark": fields.get("benchmark"),
                      "input": _paths(fields.get("input")), "output": _paths(fields.get("output"))})
     producer = {out: job["id"] for job in jobs for out in job["output"]}
     for job in jobs:

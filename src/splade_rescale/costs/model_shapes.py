@@ -37,6 +37,20 @@ KNOWN_MODELS: dict[str, ModelShape] = {
 }
 
 
+def gpu_job_priorities(models: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Snakemake ``priority`` of each model's train and encode jobs: the smaller the model, the higher.
+
+    Why: the paper's indexes and searches take about six core-hours per GPU-hour, and a small
+    model's encodes release that index work soonest; a large model first leaves the cores short of
+    work while it encodes and the GPU idle at the end behind the last indexes (``plan --cores``).
+    Every priority is at least 1, above the CPU jobs' 0, so that a GPU job is never kept behind a
+    Lucene job waiting for the same cores. A model of unknown size (not in KNOWN_MODELS) ranks as
+    the largest."""
+    size = {name: KNOWN_MODELS[spec["repo_id"]].parameters if spec.get("repo_id") in KNOWN_MODELS else float("inf")
+            for name, spec in models.items()}
+    return {name: 1 + sum(other > size[name] for other in size.values()) for name in models}
+
+
 def shape_of_config(config: Any) -> ModelShape:
     import torch
     from transformers import AutoModelForMaskedLM

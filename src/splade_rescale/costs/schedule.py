@@ -18,7 +18,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from splade_rescale.config import ConfigError, check_cores
+from splade_rescale.config import local_threads
 from splade_rescale.costs.inputs import load_plan_config, load_throughputs
 from splade_rescale.costs.plan import build_plan
 from splade_rescale.costs.plan_report import format_hours
@@ -32,6 +32,7 @@ class Job:
     seconds: float
     deps: tuple[int, ...] = ()
     gpus: int = 0
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,7 @@ def list_schedule(jobs: Sequence[Job], cores: int, gpus: int = 0) -> dict[int, S
         return min(by_id[i].threads, cores), min(by_id[i].gpus, gpus)
 
     while ready or running:
-        ready.sort(key=lambda i: -rank[i])
+        ready.sort(key=lambda i: (-by_id[i].priority, -rank[i]))
         for i in list(ready):
             c, g = need(i)
             if c <= free_cores and g <= free_gpus:
@@ -142,7 +143,7 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
             seconds = plan["corpora"][w["corpus"]]["count"] / float(fixed.get("prepare_docs_per_s", 5000))
         else:
             seconds = float((fixed.get("fixed_s") or {}).get(rule, default_s))
-        out.append(Job(j["id"], rule, threads, seconds, tuple(j["deps"]), gpus))
+        out.append(Job(j["id"], rule, threads, seconds, tuple(j["deps"]), gpus, j.get("priority", 0)))
     return out
 
 
@@ -162,33 +163,30 @@ def uses_gpus(config: Mapping[str, Any]) -> bool:
 
 def schedule_config(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int = 1,
                     root: str | Path = ".") -> tuple[dict[str, Any], str]:
-    """``plan --cores N`` for a GPU config: the schedule and its Markdown (with the cores check's warning)."""
+    """``plan --cores N`` for a GPU config: the schedule and its Markdown, the jobs' threads as the
+    workflow gives them on that machine (config.local_threads)."""
     from splade_rescale.costs.calibrate import dry_run_jobs  # calibrate imports this module
 
     config = load_plan_config(configfile)
     throughputs = load_throughputs(throughputs_file)
     plan = build_plan(config, throughputs, root)
-    result = schedule(plan, dry_run_jobs(configfile, workdir=root), cores, gpus, throughputs,
-                      int(config.get("gpus_per_job") or 1))
-    try:
-        check_cores(config, cores)
-        warning = None
-    except ConfigError as exc:
-        warning = f"the workflow refuses this run (`--resources gpu={gpus}`): {exc}"
-    return result, render_schedule(result, warning)
+    result = schedule(plan, dry_run_jobs(configfile, workdir=root, cores=cores, gpus=gpus), cores, gpus,
+                      throughputs, int(config.get("gpus_per_job") or 1))
+    result["threads"] = local_threads(config, cores, gpus)
+    return result, render_schedule(result)
 
 
-def render_schedule(s: Mapping[str, Any], warning: str | None = None) -> str:
-    lines = [f"## Schedule on {s['cores']} cores and {s['gpus']} GPU(s)", "",
-             "Jobs list-scheduled as Snakemake runs them: a job starts when its threads (capped at the cores) "
-             "and its `gpu` resource are free; longest remaining path first.", "",
-             "| figure | hours |", "|---|---|",
-             f"| wall | {format_hours(s['wall_h'])} |", f"| GPU busy | {format_hours(s['gpu_busy_h'])} |",
-             f"| GPU idle | {format_hours(s['gpu_idle_h'])} |",
-             "| of which before the first GPU job (downloads, data preparation) | "
-             f"{format_hours(s['gpu_idle_before_first_h'])} |",
-             "| of which after the last GPU job (the last indexes and searches) | "
-             f"{format_hours(s['gpu_idle_after_last_h'])} |", ""]
-    if warning:
-        lines += [f"Warning: {warning}", ""]
-    return "\n".join(lines)
+def render_schedule(s: Mapping[str, Any]) -> str:
+    t = s["threads"]
+    return "\n".join([
+        f"## Schedule on {s['cores']} cores and {s['gpus']} GPU(s)", "",
+        "Jobs list-scheduled as Snakemake runs them: a job starts when its threads (capped at the cores) "
+        "and its `gpu` resource are free; longest remaining path first. Threads on this machine: train "
+        f"{t['train']}, encode {t['encode']}, each index or search {t['lucene']}.", "",
+        "| figure | hours |", "|---|---|",
+        f"| wall | {format_hours(s['wall_h'])} |", f"| GPU busy | {format_hours(s['gpu_busy_h'])} |",
+        f"| GPU idle | {format_hours(s['gpu_idle_h'])} ({s['gpu_idle_h'] / max(s['wall_h'] * s['gpus'], 1e-9):.0%}) |",
+        "| of which before the first GPU job (downloads, data preparation) | "
+        f"{format_hours(s['gpu_idle_before_first_h'])} |",
+        "| of which after the last GPU job (the last indexes and searches) | "
+        f"{format_hours(s['gpu_idle_after_last_h'])} |", ""])
