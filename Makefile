@@ -6,14 +6,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
+# Where torch comes from (docs/install.md): cpu (default; on Linux the +cpu wheel from PyTorch's CPU
+# index, elsewhere PyPI's wheel, which is CPU/MPS there) or cuda (PyPI's Linux wheel: the CUDA build).
+TORCH ?= cpu
+TORCH_VERSION := 2.13.0
+ifeq ($(TORCH),cpu)
+ifeq ($(shell uname -s),Linux)
+TORCH_INSTALL := "torch==$(TORCH_VERSION)+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
+else
+TORCH_INSTALL := "torch==$(TORCH_VERSION)"
+endif
+else ifeq ($(TORCH),cuda)
+TORCH_INSTALL := "torch==$(TORCH_VERSION)"
+else
+$(error TORCH=$(TORCH): use TORCH=cpu or TORCH=cuda)
+endif
 
 .PHONY: install demo miniature test test-slurm dryrun lint clean-results plan rehearsal
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first: the pinned CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
+	# torch first, from the source TORCH names: the project's own dependency on torch is then met.
+	$(BIN)/pip install -q $(TORCH_INSTALL)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -35,8 +50,8 @@ miniature: $(STAMP)
 # starts first (tests/conftest.py puts it first; --no-loadscope-reorder keeps that order, where xdist
 # would otherwise hand out the modules with the most tests first and start the demo minutes late)
 # and runs while the other modules' tests use the other core. OMP_WAIT_POLICY=PASSIVE: two workers
-# oversubscribe the cores, and torch's OpenMP threads would otherwise spin while they wait (two 2-thread
-# trainings side by side: 76 s with spinning, 45 s passive; one alone: 30.5 s against 32-35 s).
+# oversubscribe the cores, and torch's OpenMP threads would otherwise spin while they wait (measured:
+# docs/measurements.md).
 # Then tests/serial/ alone (the `serial` tests, not the whole suite collected again): they compare
 # wall times of two runs, which a busy neighbour skews.
 test: $(STAMP)

@@ -37,7 +37,7 @@ def test_a_recipe_splits_into_trajectory_cadence_and_floors() -> None:
                            "collapse_dense_fraction", "collapse_window"}
     assert "source" not in trajectory and not set(trajectory) & (set(cadence) | set(floors))
     assert set(trajectory) | set(cadence) | set(floors) | {"source"} == set(recipe)
-    assert trajectory["lr"] == 5.0e-5 and trajectory["steps"] == 24 and trajectory["name"] == "demo-cpu"
+    assert trajectory["lr"] == 2.0e-4 and trajectory["steps"] == 36 and trajectory["name"] == "demo-cpu"
 
 
 def test_runtime_and_prose_keys_stay_out() -> None:

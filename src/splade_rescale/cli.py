@@ -448,6 +448,25 @@ def report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", required=True, type=Path)
 
 
+@command("expected", lambda p: (
+    p.add_argument("--file", required=True, type=Path, help="expected scores, e.g. config/expected/demo.yaml"),
+    p.add_argument("--check", type=Path, help="a finished results folder (results/demo) to compare with them"),
+    p.add_argument("--render", type=Path, nargs="*", default=[], help="Markdown files whose expected-scores block "
+                   "(between <!-- expected-scores:begin NAME --> and its end marker) to rewrite from --file"),
+))
+def expected_cmd(args: argparse.Namespace) -> None:
+    """Expected scores as data: check a results folder against them, or render them into the docs."""
+    from splade_rescale.report.expected import check, load_expected, render, rewrite_block
+    expected = load_expected(args.file)
+    for doc in args.render:
+        doc.write_text(rewrite_block(doc.read_text(), args.file.stem, render(expected)))
+    if args.check:
+        problems = check(expected, args.check)
+        print("\n".join(problems) or f"{args.check}: every run as in {args.file}")
+        if problems:
+            raise SystemExit(1)
+
+
 @command("tables", lambda p: (
     report_args(p),
     p.add_argument("--bm25", nargs="*", default=[], type=Path),

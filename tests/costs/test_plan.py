@@ -80,8 +80,8 @@ def test_plan_figures_match_hand_computed_values(tmp_path):
     assert m["encode_gpu_h"] == pytest.approx((4 / 100 + 2 / 150 + 2 * 3) / 3600)
     assert m["query_gpu_h"] == pytest.approx((2 / 150 + 3) / 3600)
     assert plan["encode_rate"].startswith("forward-only") and "host" in plan["encode_rate"]
-    # demo-cpu: 24 steps x 8 queries; per query 5 + (1 + 1) x 10 = 25 tokens -> 10 x 100 / 25 = 40 queries/s
-    assert m["train_gpu_h"] == pytest.approx(24 * 8 / 40 / 3600)
+    # demo-cpu: 36 steps x 8 queries; per query 5 + (1 + 1) x 10 = 25 tokens -> 10 x 100 / 25 = 40 queries/s
+    assert m["train_gpu_h"] == pytest.approx(36 * 8 / 40 / 3600)
     assert m["index_cpu_h"] == pytest.approx(4 / 2 / 3600)
     # search: 2 queries at 4 QPS; upper bound x (4 docs / 2) ** 1
     assert m["retrieve_cpu_h"] == m["retrieve_cpu_h_low"] == pytest.approx(2 / 4 / 3600)

@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 import pytest
 import yaml
 
+from conftest import REPO
 from support.trec_eval import assert_metrics_match_trec_eval
 from support.workflow import copy_workflow, job_counts, snakemake
 
@@ -102,16 +103,27 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
     for b in backbones:
         for v in variants:
             manifest = json.loads((res / f"models/{b}/{v}/manifest.json").read_text())
-            # 24 steps do not show the paper's effect (the miniature does): every demo run is healthy,
-            # none near-empty or near-dense under the collapse floors
-            assert manifest["status"] == "ok", (b, v, manifest["reason"])
             for d in datasets:
                 metrics = json.loads((res / f"metrics/{b}/{v}/{d}.json").read_text())
-                assert metrics["metrics"] and metrics["n_queries_in_qrels"] > 0, (b, v, d)
+                if manifest["status"] == "ok":
+                    assert metrics["metrics"] and metrics["n_queries_in_qrels"] > 0, (b, v, d)
+                else:  # a collapsed run is a result: its tables say so, nothing is encoded
+                    assert metrics["status"] == "collapsed" and not metrics["metrics"], (b, v, d)
     for d in datasets:
         assert json.loads((res / f"metrics/bm25/{d}.json").read_text())["metrics"], d
     # no temporaries of interrupted writes left anywhere in results/
     assert [str(p) for p in res.rglob(".*.tmp")] == []
+
+
+def test_every_run_is_as_expected(demo: Path) -> None:
+    """The ×16 stand-in's baseline collapses, its rescaled twin and MiniLM's runs work, with the scores
+    of config/expected/demo.yaml (shown in README.md and docs/demo.md) within its tolerance."""
+    from splade_rescale.report.expected import check, load_expected
+
+    expected = load_expected(REPO / "config/expected/demo.yaml")
+    assert expected["runs"]["minilm-x16/baseline"]["status"] == "collapsed"
+    assert expected["runs"]["minilm-x16/rescaled"]["status"] == "ok"
+    assert check(expected, demo / RESULTS) == []
 
 
 def test_every_metrics_file_equals_trec_eval_on_its_run(demo: Path) -> None:

@@ -1,0 +1,84 @@
+"""Expected scores as data: the check names every run outside its figures, and the README and
+docs/demo.md show exactly what config/expected/demo.yaml holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from splade_rescale.report.expected import ExpectedError, check, load_expected, render, rewrite_block
+
+EXPECTED = {"dataset": "scifact", "tolerance": {"ndcg_10": 0.05, "nnz_per_doc": 1.5},
+            "runs": {"a/baseline": {"status": "collapsed", "verdict": "near-empty"},
+                     "a/rescaled": {"status": "ok", "ndcg_10": 0.60, "nnz_per_doc": 200}}}
+
+
+def _summary(results: Path, baseline: dict, rescaled: dict) -> None:
+    """results/summary/a.json with backbone a's two runs as the pipeline's summary holds them."""
+    (results / "summary").mkdir(parents=True, exist_ok=True)
+    variants = {}
+    for variant, run in (("baseline", baseline), ("rescaled", rescaled)):
+        datasets = {} if run["status"] != "ok" else {"scifact": {
+            "metrics": {"nDCG@10": run["ndcg"]}, "efficiency": {"mean_nnz_per_doc": run["nnz"]}}}
+        variants[variant] = {"training": {"status": run["status"], "verdict": run["verdict"]}, "datasets": datasets}
+    (results / "summary/a.json").write_text(json.dumps({"variants": variants}))
+
+
+def _run(status="ok", verdict=None, ndcg=0.60, nnz=200.0) -> dict:
+    return {"status": status, "verdict": verdict, "ndcg": ndcg, "nnz": nnz}
+
+
+def test_runs_within_the_tolerance_pass(tmp_path):
+    _summary(tmp_path, _run("collapsed", "near-empty: 9.1 terms per document"), _run(ndcg=0.64, nnz=290.0))
+    assert check(EXPECTED, tmp_path) == []
+
+
+EMPTY = _run("collapsed", "near-empty: 3 terms")
+
+
+@pytest.mark.parametrize(("baseline", "rescaled", "says"), [
+    (_run(), _run(), "a/baseline: status ok (None), expected collapsed"),
+    (_run("collapsed", "near-dense: 20000 terms per document"), _run(), "verdict 'near-dense"),
+    (EMPTY, _run(ndcg=0.66), "nDCG@10 0.660, expected 0.600 +- 0.05"),
+    (EMPTY, _run(nnz=301.0), "301 non-zeros per document, expected 200 within x/1.5"),
+    (EMPTY, _run(nnz=133.0), "133 non-zeros per document"),
+    (EMPTY, _run("collapsed", "near-empty: 2 terms"), "a/rescaled: status collapsed"),
+])
+def test_a_run_outside_its_figures_is_named(tmp_path, baseline, rescaled, says):
+    _summary(tmp_path, baseline, rescaled)
+    problems = check(EXPECTED, tmp_path)
+    assert len(problems) == 1 and says in problems[0], problems
+
+
+def test_a_bad_file_names_the_key(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**EXPECTED, "runs": {"a/rescaled": {"status": "ok", "ndcg_10": 0.6}}}))
+    with pytest.raises(ExpectedError, match=r"bad.yaml: runs.a/rescaled is ok but lacks ndcg_10 or nnz_per_doc"):
+        load_expected(path)
+    path.write_text(yaml.safe_dump({**EXPECTED, "runs": {"a/rescaled": {"status": "fine"}}}))
+    with pytest.raises(ExpectedError, match=r"runs.a/rescaled.status must be ok or collapsed"):
+        load_expected(path)
+
+
+def test_the_rendered_table_and_its_blocks():
+    table = render(EXPECTED)
+    assert "| a/baseline | **collapsed (near-empty)** | collapsed | — |" in table
+    assert "| a/rescaled | ok | 0.600 | 200 |" in table
+    text = "before\n<!-- expected-scores:begin x -->\nold\n<!-- expected-scores:end x -->\nafter"
+    assert rewrite_block(text, "x", "NEW") == \
+        "before\n<!-- expected-scores:begin x -->\nNEW\n<!-- expected-scores:end x -->\nafter"
+    with pytest.raises(ExpectedError, match="no block"):
+        rewrite_block("no markers", "x", "NEW")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/demo.md"])
+def test_the_docs_show_the_demos_expected_scores_file(doc):
+    expected = load_expected(REPO / "config/expected/demo.yaml")
+    text = (REPO / doc).read_text()
+    assert rewrite_block(text, "demo", render(expected)) == text, \
+        f"{doc}: regenerate: splade-rescale expected --file config/expected/demo.yaml --render README.md docs/demo.md"
+    assert expected["runs"]["minilm-x16/baseline"]["status"] == "collapsed"
