@@ -319,7 +319,7 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     # Snakemake's own time between jobs: the per-job overhead with which the schedule of the measured
     # jobs lasts as long as the run did. Fitted through the schedule itself, not spread over the jobs'
     # core-seconds, so that it carries over to a DAG of another width (a chain pays it once per job).
-    cores = _cores_of(run)
+    cores = _cores_of(folder)
 
     def schedule(overhead: float) -> float:  # the sizes counted above, not recounted ~30 times
         cpu["snakemake_overhead_s_per_job"] = overhead
