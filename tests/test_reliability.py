@@ -25,13 +25,13 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import REPO, TRIPLES, tiny_bert
+from support.processes import freeze_when, resume
 from support.workflow import BIN, ENV, copy_workflow, snakemake
 
 CLI = [str(BIN / "splade-rescale")]
@@ -50,26 +50,11 @@ TINY_RECIPE = {"steps": 4, "batch_size": 4, "negatives_per_query": 1, "lr": 5.0e
 HIDDEN_TMP = r"\.{name}\.[A-Za-z0-9_]{{8}}\.tmp"  # atomic.py's temporaries: '.<name>.<8 random chars>.tmp'
 
 
-def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 300.0) -> float:
-    """Poll until ``predicate()`` holds while ``proc`` runs; return the time it held."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"process ended (rc {proc.returncode}) before the awaited state")
-        if time.monotonic() > end:
-            proc.kill()
-            raise AssertionError("timed out waiting for the process")
-        time.sleep(0.01)
-    return time.monotonic()
-
-
-def _kill_at(proc: subprocess.Popen, sig: signal.Signals, at: float) -> int:
-    """Send ``sig`` at monotonic time ``at``; fail if the process had already finished."""
-    while time.monotonic() < at:
-        assert proc.poll() is None, "the process finished before the injected kill: enlarge its input"
-        time.sleep(0.005)
-    assert proc.poll() is None, "the process finished before the injected kill: enlarge its input"
+def _signal_frozen(proc: subprocess.Popen, sig: signal.Signals) -> int:
+    """Send ``sig`` to ``proc``, frozen by ``freeze_when`` at the awaited state (so still at work),
+    continue it so that it acts on the signal, and return its exit status."""
     proc.send_signal(sig)
+    resume([proc.pid])  # a stopped process acts on a handled SIGTERM (the JVM's) only once continued
     return proc.wait(timeout=120)
 
 
@@ -146,9 +131,11 @@ def test_killed_encoding_leaves_nothing_complete_and_rerun_is_identical(
     rng = random.Random(1234 + int(sig))
     proc = subprocess.Popen(_encode_cmd(demo_model, out), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    # a seeded point in the corpus phase, counted in shards begun (not seconds, which a loaded machine stretches)
-    begun = _wait_for(_shards_begun(out, rng.randint(1, shards - 2)), proc)
-    assert _kill_at(proc, sig, begun + rng.uniform(0.0, 0.05)) == -sig
+    # a seeded point in the corpus phase, counted in shards begun (not seconds, which a loaded machine
+    # stretches); frozen there, with at least two shards still to encode, until the signal
+    k = rng.randint(1, shards - 2)
+    freeze_when([proc.pid], _shards_begun(out, k), f"{k} of {shards} shards begun", timeout=300)
+    assert _signal_frozen(proc, sig) == -sig
 
     assert not (out / "corpus").exists(), "a killed encoding left its corpus folder"
     assert not (out / "corpus.stats.json").exists()
@@ -174,6 +161,15 @@ def _train_cmd(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
             "--record", str(out / "training.json")]
 
 
+def _logged_steps(log_csv: Path) -> int:
+    """Whole rows in the training log (0 before it exists)."""
+    try:
+        text = log_csv.read_text()
+    except FileNotFoundError:
+        return 0
+    return max(0, text[:text.rfind("\n") + 1].count("\n") - 1)  # less the header
+
+
 def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
         demo_model: Path, tmp_path: Path) -> None:
     """Fault: SIGTERM to `splade-rescale train` (real MiniLM) after its first checkpoint.
@@ -193,8 +189,11 @@ def test_sigterm_during_training_of_the_demo_model_resumes_to_identical_weights(
     a, b = tmp_path / "a", tmp_path / "b"
     proc = subprocess.Popen(_train_cmd(init, a, recipe), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    seen = _wait_for((a / "checkpoints" / "step-0000002.pt").exists, proc)
-    assert _kill_at(proc, signal.SIGTERM, seen + random.Random(7).uniform(0.0, 0.5)) == -signal.SIGTERM
+    # SIGTERM once step 3 is logged, after the step-2 checkpoint: frozen there, step 4 and the final
+    # model are still to come, and the rows after the checkpoint must not survive into the rerun
+    freeze_when([proc.pid], lambda: _logged_steps(a / "train_log.csv") >= 3, "step 3 of 4 was logged", timeout=300)
+    assert (a / "checkpoints" / "step-0000002.pt").exists()
+    assert _signal_frozen(proc, signal.SIGTERM) == -signal.SIGTERM
     assert not (a / "final").exists() and not (a / "training.json").exists()
     assert all(re.fullmatch(r"step-\d{7}\.pt|" + HIDDEN_TMP.format(name=r"step-\d{7}\.pt"), p.name)
                for p in (a / "checkpoints").iterdir())
@@ -224,7 +223,7 @@ def synthetic_collection(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     folder = tmp_path_factory.mktemp("collection") / "corpus"
     folder.mkdir()
     rng = random.Random(0)
-    n, per_shard = 2_000, 500  # ~4 s of indexing on 2 cores: a kill 0.2-1 s in lands mid-build
+    n, per_shard = 2_000, 500  # ~5 s of adding documents: a kill once the first are added lands mid-build
     for s in range(n // per_shard):
         with open(folder / f"docs-{s:05d}.jsonl", "w") as fh:
             for i in range(s * per_shard, (s + 1) * per_shard):
@@ -249,15 +248,16 @@ def test_killed_index_build_leaves_no_index_and_rerun_succeeds(
     out = tmp_path / "index"
     proc = subprocess.Popen(_index_cmd(collection, out), env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    # Anserini has opened its IndexWriter in the hidden temporary folder: indexing is under way.
-    def writing() -> bool:  # Anserini has opened its IndexWriter (in the temporary folder, or in out/)
+    def adding() -> bool:  # Anserini adds documents: segment files beside its IndexWriter's write.lock
         try:
-            return any(any(d.iterdir()) for d in [*tmp_path.glob(".index.*.tmp"), out] if d.is_dir())
+            return any(any(f.name != "write.lock" for f in d.iterdir())
+                       for d in [*tmp_path.glob(".index.*.tmp"), out] if d.is_dir())
         except (FileNotFoundError, NotADirectoryError):  # the folder is being replaced: poll again
             return False
 
-    started = _wait_for(writing, proc)
-    rc = _kill_at(proc, sig, started + random.Random(int(sig)).uniform(0.2, 1.0))
+    # frozen there, while it adds the documents (seconds of work on 2 cores, then the commit), until the signal
+    freeze_when([proc.pid], adding, "Anserini adding documents", timeout=300)
+    rc = _signal_frozen(proc, sig)
     assert rc in (-sig, 128 + sig)  # the JVM's own SIGTERM handler exits with 143
     assert not out.exists(), "a killed index build left its output folder"
     assert _leftovers_are_hidden_tmp(tmp_path, "index") == []

@@ -26,6 +26,7 @@ from transformers import AutoModelForMaskedLM
 
 from conftest import REPO, TRIPLES
 from splade_rescale.training.train import run_training
+from support.processes import freeze_when
 from support.training import TINY, save_tiny_bert, tiny_recipe, training_paths
 from support.workflow import ENV, copy_workflow
 
@@ -63,8 +64,8 @@ def _rules_but_init(root: Path) -> list[str]:
     return [r for r in rules if r not in ("fetch_backbone", "rescale_head")]
 
 
-def _trainer(snakemake: subprocess.Popen) -> int:
-    """Pid of the job's `splade-rescale train` process (the rule's shell runs it)."""
+def _trainer(snakemake: subprocess.Popen) -> int | None:
+    """Pid of the job's `splade-rescale train` process (the rule's shell runs it), or None before it starts."""
     children: dict[int, list[int]] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -84,7 +85,16 @@ def _trainer(snakemake: subprocess.Popen) -> int:
             if len(argv) > 2 and argv[1].endswith(b"/splade-rescale") and argv[2] == b"train":
                 return pid
             todo.append(pid)
-    raise AssertionError("no `splade-rescale train` process under Snakemake")
+    return None
+
+
+def _wait_for_trainer(job: subprocess.Popen, deadline: float) -> int:
+    """The trainer's pid, seen while it loads (seconds before its first step)."""
+    while (pid := _trainer(job)) is None:
+        assert job.poll() is None and time.monotonic() < deadline, \
+            "the job ended, or 600 s passed, before its `splade-rescale train` process was seen"
+        time.sleep(0.01)
+    return pid
 
 
 def _rows(text: str) -> list[dict[str, str]]:
@@ -95,20 +105,26 @@ def test_rows_up_to_the_checkpoint_survive_snakemake_deleting_the_failed_jobs_lo
     log_csv = workflow / MODEL / "train_log.csv"
     target = [str(MODEL / "manifest.json"), "--allowed-rules", *_rules_but_init(workflow)]
     job = _snakemake(workflow, *target)
-    deadline = time.monotonic() + 600
+    trainer = _wait_for_trainer(job, time.monotonic() + 600)
     seen = ""
-    while len(_rows(seen)) < 6:  # SIGKILL once step 6 is logged: after the step-4 checkpoint
-        assert job.poll() is None and time.monotonic() < deadline, "the job ended before step 6"
+
+    def step_6_logged() -> bool:  # read while the trainer is frozen
+        nonlocal seen
         text = log_csv.read_text() if log_csv.exists() else ""
         seen = text[:text.rfind("\n") + 1]  # whole rows only
-        time.sleep(0.005)
-    os.kill(_trainer(job), signal.SIGKILL)
+        return len(_rows(seen)) >= 6
+
+    # SIGKILL once step 6 is logged: after the step-4 checkpoint. Frozen there, the trainer cannot
+    # reach its end (step 8, the final model, deleting its checkpoints) before the kill.
+    freeze_when([trainer], step_6_logged, "step 6 of 8 was logged")
+    assert not (workflow / MODEL / "final").exists(), "the trainer had finished when frozen"
+    os.kill(trainer, signal.SIGKILL)
     output = job.communicate(timeout=120)[0]
     assert job.returncode != 0 and "Removing output files of failed job train" in output, output[-3000:]
     assert not log_csv.exists() and not (workflow / MODEL / "final").exists()
     assert [p.name for p in (workflow / MODEL / "checkpoints").iterdir()] == ["step-0000004.pt"]
     killed = _rows(seen)
-    assert 6 <= len(killed) < 8
+    assert 6 <= len(killed) <= 8  # frozen after step 6 and before the final model: at most 8 rows
 
     rerun = _snakemake(workflow, *target)
     output = rerun.communicate(timeout=600)[0]
@@ -136,11 +152,9 @@ def _killed_after_a_checkpoint(init: Path, out: Path, recipe: dict) -> None:
                             "--recipe-json", json.dumps(recipe), "--data-json", json.dumps(TRIPLES),
                             "--device", "cpu"], env={**ENV, "OMP_NUM_THREADS": "1"},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not list(p["checkpoint_dir"].glob("step-*.pt")):  # written atomically: present means whole
-        assert job.poll() is None and time.monotonic() < deadline, "the trainer ended before its first checkpoint"
-        time.sleep(0.005)
-    job.send_signal(signal.SIGSTOP)  # frozen with a checkpoint on disk, then killed as a crash would
+    # frozen with a checkpoint on disk (written atomically: present means whole), then killed as a crash would
+    freeze_when([job.pid], lambda: bool(list(p["checkpoint_dir"].glob("step-*.pt"))), "its first checkpoint",
+                timeout=300)
     job.kill()
     job.wait(timeout=60)
     assert list(p["checkpoint_dir"].glob("step-*.pt")) and not p["record_path"].exists()
