@@ -27,8 +27,9 @@ endif
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first, from the source TORCH names: the project's own dependency on torch is then met.
-	$(BIN)/pip install -q $(TORCH_INSTALL)
+	# torch alone first (its dependencies come with the project), from the source TORCH names:
+	# the project's own torch==2.13.0 is then met and pip keeps that build.
+	$(BIN)/pip install -q --no-deps $(TORCH_INSTALL)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
