@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from support.workflow import job_counts, snakemake
+from support.workflow import WITH_BIN, job_counts, snakemake
 
 
 def test_paper_dry_run_shows_the_whole_experiment():
@@ -202,3 +202,13 @@ def test_a_results_folder_of_the_old_layout_stops_the_workflow_before_any_job(tm
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "old layout" in line]
     assert len(lines) == 1 and "results/tables/" in lines[0] and "move it" in lines[0], proc.stderr[-2000:]
     assert (tmp_path / "results/tables/beir.md").read_text() == "an old table"
+
+
+def test_report_needs_no_cores_even_where_a_gpu_is_visible(tmp_path):
+    """`snakemake --report` runs no job and takes no --cores: the thread fitting of a run on one GPU
+    machine must not ask for them. In an empty folder it gets as far as the DAG (and stops at a missing file)."""
+    env = {**WITH_BIN, "CUDA_VISIBLE_DEVICES": "0"}
+    proc = snakemake("--report", str(tmp_path / "report.html"), "-s", str(REPO / "Snakefile"),
+                     "-d", str(tmp_path), "--configfile", str(REPO / "config/demo.yaml"), env=env)
+    assert "--cores" not in proc.stderr, proc.stderr[-2000:]
+    assert "Building DAG of jobs" in proc.stderr, proc.stderr[-2000:]

@@ -159,16 +159,21 @@ def gpu_count():
 # cuda:0), so where this process sees a GPU and no `--resources gpu=N` is given, one GPU job runs at
 # a time; where it sees none, model jobs run on the CPU side by side. Threads follow --cores so
 # that the GPU never waits behind Lucene (local_threads). A cluster job keeps the config's threads.
+# --report and --lint run no job and give no --cores: the config's threads stand.
+try:
+    CORES = workflow.cores
+except WorkflowError:
+    CORES = None
 LOCAL_GPUS = 0
-if workflow.local_exec and not workflow.remote_exec and gpu_count():
+if CORES and workflow.local_exec and not workflow.remote_exec and gpu_count():
     if _resource("gpu") is None and visible_gpus():
         workflow.register_resource("gpu", 1)
     LOCAL_GPUS = int(_resource("gpu") or 0)
-THREADS = local_threads(config, workflow.cores, LOCAL_GPUS)
+THREADS = local_threads(config, CORES or 0, LOCAL_GPUS)
 # Smaller models' train and encode jobs first, all above the CPU jobs (gpu_job_priorities).
 GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["reference_models"]})
 if LOCAL_GPUS:
-    logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS}); threads on {workflow.cores} cores: "
+    logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS}); threads on {CORES} cores: "
                 f"train {THREADS['train']}, encode {THREADS['encode']}, index and search {THREADS['lucene']}")
 
 
