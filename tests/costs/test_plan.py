@@ -21,6 +21,12 @@ def test_planned_jobs_equal_the_dry_run(configfile):
 
 
 TINY = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "vocab_size": 30522}
+# BertForMaskedLM of TINY, counted by hand (the decoder's weight is tied to the word embeddings):
+#   embeddings  30522 x 32 + 512 x 32 + 2 x 32 + LayerNorm 2 x 32    =   993,216
+#   per layer   Q, K, V, out 4 x (32 x 32 + 32) + LayerNorm 64
+#               + intermediate 32 x 64 + 64 + output 64 x 32 + 32 + LayerNorm 64 = 8,544; 2 layers = 17,088
+#   MLM head    transform 32 x 32 + 32 + LayerNorm 64 + decoder bias 30522 =    31,642
+TINY_PARAMETERS = 993_216 + 17_088 + 31_642  # = 1,041,946
 
 
 def _tiny_parameters() -> int:
@@ -74,7 +80,8 @@ def test_plan_figures_match_hand_computed_values(tmp_path):
     configfile, throughputs = _small_setup(tmp_path)
     plan = build_plan(load_plan_config(configfile), load_throughputs(throughputs))
     (m,) = plan["models"]
-    assert m["shape"]["parameters"] == _tiny_parameters()  # speed factor 1
+    assert _tiny_parameters() == TINY_PARAMETERS == 1_041_946
+    assert m["shape"]["parameters"] == TINY_PARAMETERS  # speed factor 1
     # documents: 2 + 8 words = 10 tokens -> 100 docs/s; queries (BEIR, cut at 256): 2 + 3 = 5 tokens -> 200/s,
     # capped at the host's 150/s; 3 s start-up for each of the two GPU jobs (one corpus, one query job)
     assert m["encode_gpu_h"] == pytest.approx((4 / 100 + 2 / 150 + 2 * 3) / 3600)
@@ -86,22 +93,28 @@ def test_plan_figures_match_hand_computed_values(tmp_path):
     # search: 2 queries at 4 QPS; upper bound x (4 docs / 2) ** 1
     assert m["retrieve_cpu_h"] == m["retrieve_cpu_h_low"] == pytest.approx(2 / 4 / 3600)
     assert m["retrieve_cpu_h_high"] == pytest.approx(2 / 4 * 2 / 3600)
-    assert plan["totals"]["train_gpu_h_high"] == pytest.approx(1.5 * m["train_gpu_h"])
+    assert plan["totals"]["train_gpu_h_high"] == pytest.approx(1.5 * 7.2 / 3600)  # range 1.5 x (288 / 40 = 7.2 s)
     assert (m["shard_bytes"], m["index_bytes"]) == (400, 200)
     assert m["other_bytes"] == 2 * (30 + 10 * 7)
-    params = _tiny_parameters()
-    assert m["model_bytes"] == 8 * params + 12 * params * 2  # init + final, 2 kept checkpoints with AdamW state
+    # init/ and final/ in fp32: 2 x 4 B x 1,041,946 = 8,335,568; demo-cpu keeps 2 checkpoints of weights and
+    # both AdamW moments (12 B per parameter): 2 x 12 x 1,041,946 = 25,006,704; 8,335,568 + 25,006,704
+    assert m["model_bytes"] == 33_342_272
     bm25 = plan["bm25"]
     assert bm25["index_cpu_h"] == pytest.approx(4 / 4 / 3600) and bm25["retrieve_cpu_h"] == pytest.approx(2 / 8 / 3600)
     assert bm25["index_bytes"] == 32 and bm25["run_bytes"] == 2 * 10 * 7
     t = plan["totals"]
-    final = 200 + m["model_bytes"] + m["other_bytes"] + 32 + 140 + 4 * params  # + the backbone folder
-    assert t["final_bytes"] == final and t["peak_bytes"] == final + 400 and t["peak_bytes_worst"] == final + 400
+    # impact index 200 + model 33,342,272 + query vectors and run 200 + BM25 index 32 and run 140
+    # + the backbone folder in fp32, 4 B x 1,041,946 = 4,167,784; the peak adds the 400 bytes of shards
+    assert t["final_bytes"] == 37_510_628
+    assert t["peak_bytes"] == t["peak_bytes_worst"] == 37_511_028
     assert t["cpu_h"] == pytest.approx(4 / 2 / 3600 + 1 / 3600 + 2 / 4 / 3600 + 2 / 8 / 3600)
     ram = plan["ram"]
     assert ram["impact_index"]["host"] == 2
-    step_tokens = 8 * (32 + 2 * 64)
-    assert ram["train"]["gpu"] == pytest.approx((16 * params + step_tokens * (34 * 32 * 2 + 4 * 8192)) / 2 ** 30)
+    # weights, gradients and two AdamW moments: 16 B x 1,041,946 = 16,671,136; a demo-cpu step of 8 queries
+    # holds 8 x (32 + (1 + 1) x 64) = 1,280 tokens, each with 34 B x 32 hidden x 2 layers = 2,176 B of
+    # activations and a 4 B x 8,192 vocabulary chunk = 32,768 B: 1,280 x 34,944 = 44,728,320;
+    # 16,671,136 + 44,728,320 = 61,399,456 B = 0.0572 GiB
+    assert ram["train"]["gpu"] == pytest.approx(61_399_456 / 2 ** 30, rel=1e-12)
 
 
 def test_plan_uses_a_measured_end_to_end_encode_rate(tmp_path):

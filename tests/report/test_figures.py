@@ -9,10 +9,12 @@ coinciding pair.
 from __future__ import annotations
 
 import json
+import re
 from itertools import combinations
 from pathlib import Path
 
 import pytest
+from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from splade_rescale.report.figures import POINT_LABEL, render_figure, write_figures
@@ -116,16 +118,115 @@ def test_point_labels_do_not_overlap_and_coincident_points_share_one(case, figur
     assert len(named) == plotted and set(named) == set(config["backbones"])
 
 
-def test_write_figures_keeps_the_labelled_layout(tmp_path: Path):
-    """The saved files are the rendered figures: PNG and PDF of each, non-trivial."""
+def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height in pixels, from the PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def _pdf_page(path: Path) -> tuple[float, float]:
+    """Width and height in points of the PDF's one page."""
+    (box,) = re.findall(rb"/MediaBox\s*\[\s*0 0 ([\d.]+) ([\d.]+)\s*\]", path.read_bytes())
+    return float(box[0]), float(box[1])
+
+
+def _legend(ax) -> list[str]:
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend else []
+
+
+def test_write_figures_keeps_the_labelled_layout(tmp_path: Path, monkeypatch):
+    """The saved files are the rendered figures, laid out and labelled: each figure saved (PNG and
+    PDF) is captured as it is written and its panels, titles, axis labels, ticks, legends and point
+    labels are those of the paper fixture's 9 backbones x 2 variants."""
     config, summaries = paper_case()
     paths = []
     for b, summary in summaries.items():
         paths.append(tmp_path / f"summary/{b}.json")
         paths[-1].parent.mkdir(exist_ok=True)
         paths[-1].write_text(json.dumps(summary))
+    saved: dict[str, list] = {}
+    placed: dict[int, list[tuple[str, object]]] = {}  # id(figure) -> its point labels and their boxes
+    real_savefig = Figure.savefig
+
+    def capture(fig, fname, *args, **kwargs):
+        before = [ax.get_position().bounds for ax in fig.axes]
+        real_savefig(fig, fname, *args, **kwargs)
+        assert [ax.get_position().bounds for ax in fig.axes] == before, "saving moved the panels"
+        saved.setdefault(kwargs["format"], []).append(fig)
+        if kwargs["format"] == "png":  # as drawn by the saving canvas, before the figure is closed
+            labels = point_labels(fig)
+            renderer = fig.canvas.get_renderer()
+            placed[id(fig)] = [(t.get_text(), Text.get_window_extent(t, renderer)) for t in labels]
+
+    monkeypatch.setattr(Figure, "savefig", capture)
     written = write_figures(config, paths, tmp_path / "figures")
-    for name in SCATTERS:
-        for ext in ("png", "pdf"):
-            assert (tmp_path / f"figures/{name}.{ext}") in written
-            assert (tmp_path / f"figures/{name}.{ext}").stat().st_size > 10_000
+    names = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")
+    assert written == [tmp_path / f"figures/{n}.{ext}" for n in names for ext in ("png", "pdf")]
+    assert saved["png"] == saved["pdf"] and len(saved["png"]) == 4  # one figure, saved twice
+    figs = dict(zip(names, saved["png"]))
+    backbones = list(PAPER_NORMS)
+    variants = ["baseline", "rescaled"]
+
+    for name, fig in figs.items():
+        # the whole page at 150 dpi (PNG) and 72 pt per inch (PDF): nothing cropped after the layout
+        w, h = fig.get_size_inches()
+        assert _png_size(tmp_path / f"figures/{name}.png") == (round(w * 150), round(h * 150)), name
+        assert _pdf_page(tmp_path / f"figures/{name}.pdf") == pytest.approx((w * 72, h * 72)), name
+        assert (tmp_path / f"figures/{name}.png").stat().st_size > 10_000
+        (footer,) = fig.texts  # the provenance line at the foot
+        assert footer.get_text().startswith("Made by config 'fixture-paper' (sha256 ")
+
+    # head norms: one panel, a pair of bars per backbone at the fixture's norms (rescaled = norm / 16;
+    # ettin-1b's rescaled model sits on ettin-400m's, 10.3 / 16)
+    (ax,) = figs["head_norms"].axes
+    assert ax.get_title() == "MLM-head norm at SPLADE initialisation"
+    assert ax.get_ylabel() == "decoder row L2 norm, mean (log)" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_xticklabels()] == backbones
+    assert _legend(ax) == variants
+    norms = list(PAPER_NORMS.values())
+    assert [p.get_height() for p in ax.patches] == pytest.approx(norms + [n / 16 for n in norms[:-1]] + [10.3 / 16])
+
+    # the two scatters: one panel each, the collapsed ettin-1b baseline a cross on the norm axis and
+    # left out of the FLOPS one (it has no FLOPS), the coinciding rescaled pair under one label
+    for name, title, xlabel, legend, labelled in (
+            ("effectiveness_vs_norm", "Effectiveness against MLM-head norm",
+             "decoder row L2 norm at initialisation, mean (log)", variants + ["collapsed"], 18),
+            ("effectiveness_vs_flops", "Effectiveness against FLOPS",
+             "FLOPS per query-document pair, mean over datasets (log)", variants, 17)):
+        fig = figs[name]
+        (ax,) = fig.axes
+        assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == (
+            title, xlabel, "mean primary metric over datasets"), name
+        assert ax.get_xscale() == "log" and _legend(ax) == legend, name
+        labels = placed[id(fig)]
+        # a label per plotted point, by backbone; the coinciding pair under one
+        expected = sorted([b for b in backbones for _ in variants if b not in ("ettin-400m", "ettin-1b")]
+                          + ["ettin-400m", "ettin-400m/rescaled = ettin-1b/rescaled"]
+                          + (["ettin-1b"] if labelled == 18 else []))
+        assert sorted(text for text, _ in labels) == expected and len(expected) == labelled - 1, name
+        assert all(box.width > 0 and box.height > 0 for _, box in labels), name  # drawn, not empty
+        assert not [(a, b) for (a, box_a), (b, box_b) in combinations(labels, 2) if overlap_area(box_a, box_b) > 0]
+        page = fig.bbox
+        assert all(page.x0 <= b.x0 and b.x1 <= page.x1 and page.y0 <= b.y0 and b.y1 <= page.y1
+                   for _, b in labels), f"{name}: a label is cut off at the figure's edge"
+    notes = [t.get_text() for t in figs["effectiveness_vs_flops"].axes[0].texts if t.get_gid() != POINT_LABEL]
+    assert notes == ["not plotted (no data): ettin-1b/baseline (collapsed)"]
+
+    # training curves: a row per backbone, loss / FLOPS / non-zeros columns; a legend in the first
+    axes = figs["training_curves"].axes
+    assert len(axes) == 9 * 3
+    rows = [axes[3 * i:3 * i + 3] for i in range(9)]
+    assert [row[0].get_title(loc="left") for row in rows] == backbones
+    for b, row in zip(backbones, rows):
+        assert [ax.get_ylabel() for ax in row] == [
+            "training loss", "FLOPS (q solid, d dashed, log)", "non-zeros (q solid, d dashed, log)"], b
+        assert [ax.get_xlabel() for ax in row] == ["step"] * 3
+        assert [ax.get_yscale() for ax in row] == ["linear", "log", "log"], b
+        first, *rest = map(_legend, row)
+        assert rest == [[], []]
+        if b == "ettin-1b":  # its baseline collapsed: said in the legend
+            assert first[0].startswith("baseline (collapsed") and first[1:] == ["rescaled"]
+        else:
+            assert first == variants, b

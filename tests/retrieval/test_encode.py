@@ -212,9 +212,19 @@ def test_sparse_model_estimate_is_close_to_the_real_sizes(model_dir, encoder, tm
     stats = encode.encode_corpus(model_dir, SPEC, coll, MAXLEN, batch_size=8, encoder=encoder, budget_gb=1)
     est = stats["size_estimate"]
     assert est["total_docs"] == stats["n_docs"]
-    istats = lucene.build_impact_index(coll, tmp_path / "index", threads=1)
-    assert est["shard_bytes"] == pytest.approx(stats["shard_bytes"], rel=0.5)
-    assert est["index_bytes"] == pytest.approx(istats["index_size_bytes"], rel=1.0)
+    # the corpus (25 documents) is smaller than the sample: the shard estimate is the shards' own size
+    assert est["sample_docs"] == stats["n_docs"]
+    assert est["shard_bytes"] == stats["shard_bytes"] == sum(p.stat().st_size for p in coll.iterdir())
+    index = tmp_path / "index"
+    istats = lucene.build_impact_index(coll, index, threads=1)
+    postings = sum(p.stat().st_size for p in index.glob("*.doc"))  # Lucene's postings (doc ids, impacts)
+    # The index figure is 2.0 B per non-zero weight, the postings' cost on MS MARCO. Here they take
+    # 1.92 B (postings file 159,555 B for 25 x 3,327 non-zeros): within 10%.
+    assert est["index_bytes"] == pytest.approx(postings, rel=0.1)
+    # The whole index holds more: the term dictionary of its 13,484 distinct terms (~86 KB, 6.4 B per
+    # term) and ~2.5 KB of segment files, which a per-non-zero figure leaves out on an index this
+    # small: the estimate is 0.66 of the real 250,654 B, below the real size and not under 0.6 of it.
+    assert 0.6 * istats["index_size_bytes"] <= est["index_bytes"] < istats["index_size_bytes"]
 
 
 def test_encode_is_atomic(model_dir, encoder, tmp_path):
