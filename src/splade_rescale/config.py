@@ -7,6 +7,7 @@ the key, the value and what is expected, and nothing is written.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from fractions import Fraction
@@ -90,6 +91,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
     """Raise :class:`ConfigError` with one line for the first problem found."""
     import jsonschema  # only workflow-config validation needs it (GPU images may lack it)
 
+    check_shifts(config)
     schema = schema or load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
@@ -117,6 +119,9 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
             parse_factor(variant["factor"], key=f"variants.{name}.factor")
         elif variant["policy"] == "vocab_transfer":
             check_vocab_transfer(name, variant)
+        elif variant["policy"] == "logit_shift":
+            if "factor" in variant:
+                parse_factor(variant["factor"], key=f"variants.{name}.factor")
         elif variant["reference"] not in backbones:
             raise ConfigError(f"variants.{name}.reference = {variant['reference']!r} is not a backbone; "
                               f"expected one of: {', '.join(backbones)}")
@@ -159,6 +164,25 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
             limit = spec.get("max_length")
             if length is not None and limit is not None and length > limit:
                 raise ConfigError(f"{key} = {length} exceeds backbones.{name}.max_length = {limit}")
+
+
+def check_shifts(config: dict[str, Any]) -> None:
+    """Each variant's ``shift``, in one line naming the key, before the schema's less direct messages:
+    only ``logit_shift`` takes one, it is finite, and ``reference`` needs a reference backbone."""
+    variants = config.get("variants")
+    for name, variant in (variants.items() if isinstance(variants, dict) else ()):
+        if not isinstance(variant, dict) or "shift" not in variant:
+            continue
+        shift, key = variant["shift"], f"variants.{name}.shift"
+        if variant.get("policy") != "logit_shift":
+            raise ConfigError(f"{key}: policy {variant.get('policy')!r} takes no shift; remove it, or set "
+                              f"policy: logit_shift")
+        if shift == "reference":
+            if not config.get("reference_backbone"):
+                raise ConfigError(f"{key} = reference needs reference_backbone (the backbone whose active "
+                                  "terms on the probe passages the shift matches); set it, or give a number")
+        elif isinstance(shift, bool) or not isinstance(shift, (int, float)) or not math.isfinite(shift):
+            raise ConfigError(f"{key} = {shift!r}: expected a finite number (15 = SPARSEUP's) or reference")
 
 
 def check_vocab_transfer(name: str, variant: dict[str, Any]) -> None:

@@ -50,26 +50,28 @@ def test_paper_dry_run_shows_the_whole_experiment():
 
 
 def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):
-    """config/miniature.yaml: 2 backbones x 5 variants (four constant factors and match_reference),
-    the full SciFact test set and the DL19/DL20 pool, the sweep table and figure."""
+    """config/miniature.yaml: 2 backbones x 7 variants (four constant factors, match_reference, a fixed
+    and a reference logit shift), the full SciFact test set and the DL19/DL20 pool, the sweep table and figure."""
     import yaml
 
     config = yaml.safe_load((REPO / "config/miniature.yaml").read_text())
     assert "subset" not in config["datasets"]["scifact"]  # all 5,183 documents, all 300 queries
     policies = [spec["policy"] for spec in config["variants"].values()]
     assert policies.count("constant") == 4 and policies.count("match_reference") == 1
+    shifts = sorted(str(spec["shift"]) for spec in config["variants"].values() if "shift" in spec)
+    assert shifts == ["15", "reference"]
     for name in ("Snakefile", "workflow", "config", "resources", "envs"):  # apart from a results/ in use here
         (tmp_path / name).symlink_to(REPO / name)
     proc = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", "config/miniature.yaml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
-    models, corpora, datasets = 2 * 5, 2, 3
+    models, corpora, datasets = 2 * 7, 2, 3
     assert counts["train"] == counts["rescale_head"] == models
     assert counts["encode_corpus"] == counts["impact_index"] == models * corpora
     assert counts["impact_retrieve"] == counts["evaluate"] == models * datasets
     assert counts["mine_negatives"] == 1 and counts["tables"] == counts["figures"] == 1
     for output in ("tables/factor_sweep.md", "figures/factor_sweep.png", "models/minilm-x16/matched/init",
-                   "metrics/minilm/k64/scifact.json"):
+                   "metrics/minilm/k64/scifact.json", "models/minilm-x16/shifted/init"):
         output = f"results/miniature/{output}"
         assert output in proc.stdout, output
 

@@ -239,13 +239,23 @@ def judged_manifest(w):
     return ancient(path) if same else path
 
 
+def shift_from_reference(spec):
+    """A variant whose init is fitted to the reference backbone's active terms on the probe passages:
+    a vocab_transfer calibrated to them, a logit_shift with shift: reference."""
+    return ((spec["policy"] == "vocab_transfer" and (spec.get("calibrate") or {}).get("target_nnz") == "reference")
+            or (spec["policy"] == "logit_shift" and spec["shift"] == "reference"))
+
+
 def rescale_norm_inputs(w):
-    """match_reference needs both head norms; a vocab_transfer calibrated to the reference, the
-    reference backbone's (its probe passages' active terms) and the probe; a constant factor none."""
+    """match_reference needs both head norms; a variant fitted to the reference's active terms, the
+    reference backbone's norms and the probe; a calibrated vocab_transfer, the probe; a constant none."""
     spec = config["variants"][w.variant]
+    if spec["policy"] == "logit_shift":
+        return ({"probe": [config["probe"]["queries"], config["probe"]["passages"]],
+                 "ref": res(f"norms/{config['reference_backbone']}.json")} if shift_from_reference(spec) else {})
     if spec["policy"] == "vocab_transfer":
         inputs = {"probe": [config["probe"]["queries"], config["probe"]["passages"]]} if "calibrate" in spec else {}
-        if (spec.get("calibrate") or {}).get("target_nnz") == "reference":
+        if shift_from_reference(spec):
             inputs["ref"] = res(f"norms/{config['reference_backbone']}.json")
         return inputs
     if not variant_needs_norms(w.variant):
@@ -262,9 +272,11 @@ def rescale_options(w, input):
 
 
 def rescale_probe(w):
-    """The probe section where a variant's init is calibrated on it (vocab_transfer with calibrate), else none."""
+    """The probe section where a variant's init is fitted on it (a calibrated vocab_transfer, a shift
+    from the reference), else none."""
     spec = config["variants"][w.variant]
-    return as_json(config["probe"]) if spec["policy"] == "vocab_transfer" and "calibrate" in spec else ""
+    fitted = (spec["policy"] == "vocab_transfer" and "calibrate" in spec) or shift_from_reference(spec)
+    return as_json(config["probe"]) if fitted else ""
 
 
 # ---- local files and settings records that rules read (data files are inputs; settings.smk)

@@ -10,6 +10,10 @@ so peak extra memory is O(B * L * chunk_size).
 ``log1p(relu(.))`` is monotone non-decreasing, so the max over tokens commutes with
 it: we reduce the raw logits (padding filled with -inf) and apply relu/log1p to the
 B x V maxima only. ``relu(-inf) == 0`` reproduces naive's "padding contributes 0".
+
+Both take a logit ``shift`` s (``log1p(relu(x - s))``, the activation shift of the
+``logit_shift`` variants): subtracting a constant commutes with the max too, so the fused
+head shifts the maxima. ``shift == 0`` skips the subtraction: the plain activation, bit for bit.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ def naive_splade_pool(
     weight: Tensor,
     bias: Tensor | None,
     attention_mask: Tensor | None,
+    shift: float = 0.0,
 ) -> Tensor:
     """Reference SPLADE pooling; materialises the full B x L x V logits.
 
@@ -36,6 +41,8 @@ def naive_splade_pool(
     is added in the low-precision dtype, exactly like an ``nn.Linear`` decoder.
     """
     logits = F.linear(hidden, weight, bias)
+    if shift:
+        logits = logits - shift
     act = torch.log1p(torch.relu(logits))
     if attention_mask is not None:
         act = act.masked_fill(~attention_mask.bool().unsqueeze(-1), 0.0)
@@ -132,9 +139,12 @@ class _FusedSpladePool(torch.autograd.Function):
         chunk_size: int,
         compute: torch.dtype,
         out_dtype: torch.dtype,
+        shift: float,
     ) -> Tensor:
         with _no_autocast(hidden.device.type):
             max_logit, argmax = _max_logits(hidden, weight, bias, pad, chunk_size, compute, True)
+            if shift:
+                max_logit = max_logit - shift
             out = torch.log1p(torch.relu(max_logit).to(out_dtype))
         ctx.save_for_backward(hidden, weight, max_logit, argmax)
         ctx.chunk_size = chunk_size
@@ -151,7 +161,7 @@ class _FusedSpladePool(torch.autograd.Function):
         compute: torch.dtype = ctx.compute
         grad_h = grad_w = grad_b = None
         with _no_autocast(hidden.device.type):
-            # d/dx log1p(relu(x)) at the max logit x; zero where relu is inactive
+            # d/dx log1p(relu(x)) at the (shifted) max logit x; zero where relu is inactive
             # (covers all-negative and fully padded rows, where x may be -inf).
             x = max_logit.float()
             dlogit = torch.where(x > 0, grad_out.float() / (1.0 + x), torch.zeros_like(x))
@@ -184,7 +194,7 @@ class _FusedSpladePool(torch.autograd.Function):
                     del d, d_flat
                 if acc_h is not None:
                     grad_h = acc_h.view(batch, seq, dim).to(hidden.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
 def fused_splade_pool(
@@ -193,6 +203,7 @@ def fused_splade_pool(
     bias: Tensor | None,
     attention_mask: Tensor | None,
     chunk_size: int = 4096,
+    shift: float = 0.0,
 ) -> Tensor:
     """Same result as ``naive_splade_pool`` with O(B * L * chunk_size) extra memory.
 
@@ -209,8 +220,10 @@ def fused_splade_pool(
         hidden.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
     if needs_grad:
-        out: Tensor = _FusedSpladePool.apply(hidden, weight, bias, pad, chunk_size, compute, out_dtype)
+        out: Tensor = _FusedSpladePool.apply(hidden, weight, bias, pad, chunk_size, compute, out_dtype, shift)
         return out
     with torch.no_grad(), _no_autocast(hidden.device.type):
         max_logit, _ = _max_logits(hidden, weight, bias, pad, chunk_size, compute, False)
+        if shift:
+            max_logit = max_logit - shift
         return torch.log1p(torch.relu(max_logit).to(out_dtype))

@@ -8,6 +8,7 @@ decoder (the vocabulary projection, tied to the input embeddings at pretraining)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,3 +150,46 @@ def init_identity_transform(model: PreTrainedModel, decoder_bias: float) -> None
             head.decoder.bias.fill_(decoder_bias)
         if head.architecture == "BertForMaskedLM":
             model.cls.predictions.bias.fill_(decoder_bias)
+
+
+# The activation shift s of log1p(relu(x - s)) lives in the model's config under this key, so that
+# every load of an init/ or checkpoint folder applies it (SpladeEncoder, norms). The exported
+# final/ folder has it folded into the decoder bias instead (fold_logit_shift) and the key at 0.
+LOGIT_SHIFT_KEY = "splade_logit_shift"
+FOLDED_SHIFT_KEY = "splade_logit_shift_folded"
+
+
+def logit_shift(model: PreTrainedModel) -> float:
+    """The activation shift the model's SPLADE logits take at every forward (0: none)."""
+    return float(getattr(model.config, LOGIT_SHIFT_KEY, 0.0) or 0.0)
+
+
+def set_logit_shift(model: PreTrainedModel, shift: float) -> None:
+    """Record the activation shift in the model's config (saved with it)."""
+    if not math.isfinite(shift):
+        raise ValueError(f"logit shift must be finite, got {shift}")
+    setattr(model.config, LOGIT_SHIFT_KEY, float(shift))
+
+
+def fold_logit_shift(model: PreTrainedModel) -> float:
+    """Move the activation shift into the decoder bias, in place; return it.
+
+    ``log1p(relu(Wh + b - s))`` is ``log1p(relu(Wh + (b - s)))``: a model whose bias carries the
+    shift gives the same vectors in any SPLADE implementation (sentence-transformers'
+    SpladePooling knows no shift). A head without a bias (ModernBERT's ``decoder_bias: false``)
+    gets one, and its config says so, so that it loads with it.
+    """
+    shift = logit_shift(model)
+    if not shift:
+        return 0.0
+    head = mlm_head(model)
+    if head.decoder.bias is None:
+        head.decoder.bias = nn.Parameter(torch.zeros(head.decoder.out_features, dtype=head.decoder.weight.dtype,
+                                                     device=head.decoder.weight.device))
+        model.config.decoder_bias = True
+    with torch.no_grad():
+        for bias in decoder_biases(model):
+            bias.sub_(shift)
+    setattr(model.config, LOGIT_SHIFT_KEY, 0.0)
+    setattr(model.config, FOLDED_SHIFT_KEY, shift)
+    return shift

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from splade_rescale.atomic import write_json, write_text
-from splade_rescale.model.heads import MlmHead, load_masked_lm, mlm_head
+from splade_rescale.model.heads import MlmHead, load_masked_lm, logit_shift, mlm_head
 
 
 def read_probe_texts(path: str | Path) -> list[str]:
@@ -51,6 +51,7 @@ def weight_norms(head: MlmHead) -> dict[str, Any]:
             "layernorm_weight_mean": head.layer_norm.weight.float().mean().item(),
             "layernorm_bias_norm": (head.layer_norm.bias.float().norm().item()
                                     if head.layer_norm.bias is not None else None),
+            "logit_shift": logit_shift(head.model),
         }
         bias = head.decoder.bias
         if bias is None:
@@ -66,14 +67,16 @@ def weight_norms(head: MlmHead) -> dict[str, Any]:
 @torch.no_grad()
 def activation_stats(head: MlmHead, tokenizer: PreTrainedTokenizerBase, texts: list[str], max_length: int,
                      batch_size: int = 16) -> dict[str, float]:
-    """Logit and SPLADE activation statistics over the real tokens of ``texts`` (naive head)."""
+    """Logit and SPLADE activation statistics over the real tokens of ``texts`` (naive head), with the
+    model's activation shift applied: the logits are those that reach ``log1p(relu(.))``."""
+    shift = logit_shift(head.model)
     logit_sum, logit_count, logit_max = 0.0, 0, float("-inf")
     nnz, mean_weight, max_weight = [], [], []
     for start in range(0, len(texts), batch_size):
         batch = tokenizer(texts[start:start + batch_size], padding=True, truncation=True,
                           max_length=max_length, return_tensors="pt")
         mask = batch["attention_mask"].bool()
-        logits = head.logits(batch["input_ids"], batch["attention_mask"]).float()
+        logits = head.logits(batch["input_ids"], batch["attention_mask"]).float() - shift
         real = logits[mask]
         logit_sum += real.sum().item()
         logit_count += real.numel()
@@ -124,7 +127,7 @@ TABLE_COLUMNS = [
     ("backbone", "backbone"), ("variant", "variant"), ("factor", "factor"), ("architecture", "architecture"),
     ("vocab_size", "vocab"), ("hidden_size", "hidden"), ("decoder_tied_to_input_embeddings", "tied"),
     ("decoder_frobenius_norm", "decoder ‖W‖_F"), ("decoder_row_norm_mean", "row L2 mean"),
-    ("decoder_row_norm_max", "row L2 max"), ("decoder_bias_mean", "bias mean"),
+    ("decoder_row_norm_max", "row L2 max"), ("decoder_bias_mean", "bias mean"), ("logit_shift", "logit shift"),
     ("layernorm_weight_norm", "LN ‖γ‖"), ("queries.mean_logit", "q mean logit"),
     ("queries.max_logit", "q max logit"), ("queries.mean_nonzeros", "q nnz"),
     ("queries.mean_max_weight", "q max w"), ("passages.mean_nonzeros", "p nnz"),
@@ -132,7 +135,8 @@ TABLE_COLUMNS = [
     # vocab_transfer variants: the probe passages' active terms before the decoder bias was calibrated
     ("vocab_transfer.calibration.passages_nnz_before", "p nnz before calibration"),
 ]
-OPTIONAL_COLUMNS = {"p nnz before calibration"}  # shown only when a row has a value
+# shown only when a row has a value (a shift of 0 is none)
+OPTIONAL_COLUMNS = {"p nnz before calibration", "logit shift"}
 
 
 def _lookup(stats: dict[str, Any], dotted: str) -> Any:
@@ -166,7 +170,7 @@ def write_norms_table(paths: Iterable[str | Path], md_path: str | Path, csv_path
     """One row per measured model (backbones, then their variants' initial models)."""
     rows = norms_rows(paths)
     labels = [label for _, label in TABLE_COLUMNS
-              if label not in OPTIONAL_COLUMNS or any(row[label] is not None for row in rows)]
+              if label not in OPTIONAL_COLUMNS or any(row[label] not in (None, 0) for row in rows)]
     rows = [{label: row[label] for label in labels} for row in rows]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=labels)

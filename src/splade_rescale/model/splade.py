@@ -1,5 +1,8 @@
 """The SPLADE encoder: MLM logits -> log(1 + ReLU) -> max-pool over the input's tokens.
 
+A model whose config carries an activation shift s (``logit_shift`` variants) gets
+``log(1 + ReLU(logit - s))`` instead, in either head.
+
 Queries and documents share one model. The pooling is done either by the naive head
 (materialises batch x length x vocab logits) or by the fused head of
 :mod:`splade_rescale.model.fused_head` (vocabulary chunks, argmax-only backward); both give
@@ -17,7 +20,7 @@ from torch import nn
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from splade_rescale.model.fused_head import fused_splade_pool, naive_splade_pool
-from splade_rescale.model.heads import load_masked_lm, mlm_head
+from splade_rescale.model.heads import load_masked_lm, logit_shift, mlm_head
 from splade_rescale.retrieval.sparse_rows import SparseRows, sparsify
 
 HeadImpl = Literal["fused", "naive"]
@@ -86,6 +89,11 @@ class SpladeEncoder(nn.Module):
         return next(self.model.parameters()).device
 
     @property
+    def logit_shift(self) -> float:
+        """The activation shift s of ``log1p(relu(logit - s))``, from the model's config (0: none)."""
+        return logit_shift(self.model)
+
+    @property
     def vocab_size(self) -> int:
         return self._head.decoder.out_features
 
@@ -109,8 +117,8 @@ class SpladeEncoder(nn.Module):
         decoder = self._head.decoder
         pool = fused_splade_pool if self.head_impl == "fused" else naive_splade_pool
         if self.head_impl == "fused":
-            return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_size)
-        return pool(hidden, decoder.weight, decoder.bias, attention_mask)
+            return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_size, self.logit_shift)
+        return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.logit_shift)
 
     @torch.no_grad()
     def _reps(self, features: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -197,22 +197,23 @@ def mean_active(max_logits: torch.Tensor, shift: float = 0.0) -> float:
 
 def calibration_shift(max_logits: torch.Tensor, target_nnz: float, iterations: int = 60) -> float:
     """The bias shift whose mean active terms per passage is closest to ``target_nnz`` (bisection:
-    the count only grows with the shift)."""
+    the count only grows with the shift); of equally close ones, the smallest in magnitude (0 where
+    the passages already have the target)."""
     vocab = max_logits.shape[1]
     if not 0 < target_nnz <= vocab:
         raise VocabTransferError(f"target_nnz = {target_nnz} is outside (0, {vocab}], the vocabulary size")
     finite = max_logits[torch.isfinite(max_logits)]
     low, high = -float(finite.max()) - 1.0, -float(finite.min()) + 1.0  # nothing active; everything
-    best = (abs(mean_active(max_logits, 0.0) - target_nnz), 0.0)
+    best = (abs(mean_active(max_logits, 0.0) - target_nnz), 0.0, 0.0)
     for _ in range(iterations):
         middle = (low + high) / 2
         nnz = mean_active(max_logits, middle)
-        best = min(best, (abs(nnz - target_nnz), middle))
+        best = min(best, (abs(nnz - target_nnz), abs(middle), middle))
         if nnz < target_nnz:
             low = middle
         else:
             high = middle
-    return best[1]
+    return best[2]
 
 
 def calibrate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, passages: Sequence[str],

@@ -35,7 +35,7 @@ from splade_rescale.report.provenance import provenance  # noqa: E402
 from splade_rescale.report.results import Results, primary_mean  # noqa: E402
 from splade_rescale.report.seed_spread import SeedSpread, over_seeds, run_collapsed  # noqa: E402
 from splade_rescale.report.summary import runs_of, seeds_of  # noqa: E402
-from splade_rescale.report.tables import SWEEP_POLICIES, SWEEP_TABLE, sweep_factor, table_names  # noqa: E402
+from splade_rescale.report.tables import SWEEP_POLICIES, SWEEP_TABLE, sweep_factor, sweep_shift, table_names  # noqa: E402
 
 FIGURE_NAMES = ("head_norms", "effectiveness_vs_norm", "training_curves", "effectiveness_vs_flops")
 FORMATS = ("png", "pdf")
@@ -354,14 +354,15 @@ def _factor_label(factor: float, _=None) -> str:
 
 def factor_sweep_figure(config: Mapping[str, Any], summaries: Mapping[str, Any]):
     """Effectiveness and non-zeros per document against the head factor, one line per backbone:
-    where each head fails, where it recovers, and that the right factor depends on its norm."""
+    where each head fails, where it recovers, and that the right factor depends on its norm. Variants
+    that match the reference's norm (stars) or shift the logits (triangles) are points at their factor."""
     results = Results(config, [], [])
     results.summaries = dict(summaries)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     cmap = plt.get_cmap("tab10")
     for i, backbone in enumerate(b for b in config["backbones"] if b in summaries):
         color = cmap(i % 10)
-        constant, matched = [], []
+        constant, matched, shifted = [], [], []
         for v, spec in config["variants"].items():
             if spec["policy"] not in SWEEP_POLICIES or (factor := sweep_factor(results, (backbone, v))) is None:
                 continue
@@ -370,7 +371,7 @@ def factor_sweep_figure(config: Mapping[str, Any], summaries: Mapping[str, Any])
             nnz = [((r.get("training") or {}).get("last_log") or {}).get("nnz_d") for r in runs]
             nnz = [n for n in nnz if n is not None]
             point = (factor, y.mean if isinstance(y, SeedSpread) else y, sum(nnz) / len(nnz) if nnz else None, v)
-            (constant if spec["policy"] == "constant" else matched).append(point)
+            {"constant": constant, "match_reference": matched, "logit_shift": shifted}[spec["policy"]].append(point)
         constant.sort()
         for ax, idx in ((left, 1), (right, 2)):
             pts = [(f, val) for f, *vals, _ in constant if isinstance(val := vals[idx - 1], float)]
@@ -380,7 +381,13 @@ def factor_sweep_figure(config: Mapping[str, Any], summaries: Mapping[str, Any])
                 if isinstance(val := vals[idx - 1], float):
                     ax.scatter([f], [val], marker="*", s=120, color=color, edgecolor="black", lw=0.5, zorder=4,
                                label=f"{backbone}/{v} (match_reference)")
-        for f, y, _, _ in constant + matched:
+            for f, *vals, v in shifted:
+                shift = sweep_shift(results, (backbone, v))
+                if isinstance(val := vals[idx - 1], float):
+                    ax.scatter([f], [val], marker="^", s=60, color=color, edgecolor="black", lw=0.5, zorder=4,
+                               label=f"{backbone}/{v} (logit shift {shift:.3g})" if shift is not None else
+                               f"{backbone}/{v} (logit shift)")
+        for f, y, _, _ in constant + matched + shifted:
             if isinstance(y, str):  # collapsed: not encoded, drawn at 0 so it is never silently missing
                 left.scatter([f], [0.0], **COLLAPSE_STYLE)
     left.set_ylabel("mean primary metric (nDCG@10 / MRR@10) over datasets", fontsize=8)

@@ -271,10 +271,22 @@ def describe_variant(config: Mapping[str, Any], variant: str) -> str:
         target = (spec.get("calibrate") or {}).get("target_nnz")
         return (f"vocabulary moved to {name}" + (f", bias calibrated to {target} active terms" if target else "")
                 + (f", head x {spec['factor']}" if "factor" in spec else ""))
+    if spec["policy"] == "logit_shift":
+        shift = ("shifted to the reference's active terms" if spec["shift"] == "reference"
+                 else f"shifted by {spec['shift']:g}")
+        return f"logits {shift} at every forward" + (f", head x {spec['factor']}" if "factor" in spec else "")
     return f"head scaled to {spec['reference']}'s {spec.get('norm', 'mean_row')} norm"
 
 
-SWEEP_POLICIES = ("constant", "match_reference")
+SWEEP_POLICIES = ("constant", "match_reference", "logit_shift")
+
+
+def sweep_shift(results: Results, system: tuple[str, str]) -> float | None:
+    """The activation shift a ``logit_shift`` system was trained with, as recorded with its norms
+    (``reference`` resolved for this backbone); None for the other policies."""
+    if results.config["variants"][system[1]]["policy"] != "logit_shift":
+        return None
+    return (results.variant(system).get("norms") or {}).get("logit_shift")
 
 
 def sweep_factor(results: Results, system: tuple[str, str]) -> float | None:
@@ -283,6 +295,8 @@ def sweep_factor(results: Results, system: tuple[str, str]) -> float | None:
     spec = results.config["variants"][system[1]]
     if spec["policy"] == "constant":
         return parse_factor(spec["factor"])
+    if spec["policy"] == "logit_shift":
+        return parse_factor(spec.get("factor", 1))
     return (results.variant(system).get("norms") or {}).get("factor")
 
 
@@ -299,12 +313,16 @@ def _mean_over(entry_of: Callable[[str], Any], datasets: Iterable[str], value_of
 
 
 def factor_sweep_table(results: Results) -> Table:
-    """One row per backbone and head factor (constant and ``match_reference`` variants), largest
-    factor first: the effect of the head's scale on effectiveness and sparsity at a glance."""
+    """One row per backbone and head factor (constant, ``match_reference`` and ``logit_shift``
+    variants), largest factor first: the effect of the head's scale, and of where its logits start,
+    on effectiveness and sparsity at a glance."""
     config = results.config
     datasets = list(config["datasets"])
     beir = [d for d in datasets if dataset_metric_set(config, d) == "beir"]
-    columns = label_columns() + [Column("factor", lambda v: f"x{v:.4g}"), Column("training")]
+    shifted = any(spec["policy"] == "logit_shift" for spec in config["variants"].values())
+    columns = label_columns() + [Column("factor", lambda v: f"x{v:.4g}")]
+    columns += [Column("shift", lambda v: f"{v:.3g}")] if shifted else []
+    columns += [Column("training")]
     primaries = {PRIMARY[dataset_metric_set(config, d)] for d in datasets}
     columns += [Column(f"mean {primaries.pop() if len(primaries) == 1 else 'primary'} ({len(datasets)})", fmt_metric)]
     columns += [Column(f"mean R@100 (BEIR, {len(beir)})", fmt_metric)] if beir else []
@@ -332,7 +350,8 @@ def factor_sweep_table(results: Results) -> Table:
                 values = [v for v in values if v is not None]
                 return sum(values) / len(values) if values else None
 
-            row = [*system, sweep_factor(results, system), training,
+            row = [*system, sweep_factor(results, system), *([sweep_shift(results, system)] if shifted else []),
+                   training,
                    results.value(system, lambda entry_of: primary_mean(config, {d: entry_of(d) for d in datasets}))]
             if beir:
                 row.append(results.value(system, lambda entry_of: _mean_over(
@@ -344,7 +363,10 @@ def factor_sweep_table(results: Results) -> Table:
     table.caption = (
         "Head-factor sweep: per backbone, each constant or match_reference variant by the factor its MLM-head "
         "projection was multiplied by (x0.0625 = the paper's k = 16; match_reference's factor as resolved for "
-        f"that backbone), largest first. Mean of each dataset's primary metric over the {len(datasets)} "
+        "that backbone), largest first"
+        + ("; logit_shift variants at their factor, with the activation shift s of log(1 + ReLU(logit - s)) "
+           "in the shift column (reference's as resolved for that backbone)" if shifted else "")
+        + f". Mean of each dataset's primary metric over the {len(datasets)} "
         "datasets of this config (MRR@10 on MS MARCO dev, nDCG@10 otherwise)"
         + (f", mean R@100 over the {len(beir)} BEIR datasets" if beir else "")
         + ", mean non-zeros per document of the encoded corpora, and the last-logged non-zeros per training "

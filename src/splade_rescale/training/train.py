@@ -40,7 +40,7 @@ from transformers import AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, atomic_file, write_json, write_text
 from splade_rescale.digests import file_sha256, folder_sha256
-from splade_rescale.model.heads import load_masked_lm, weights_dtype
+from splade_rescale.model.heads import fold_logit_shift, load_masked_lm, weights_dtype
 from splade_rescale.model.losses import (
     average_gradients,
     contrastive_loss,
@@ -284,12 +284,14 @@ def _write_final(encoder: SpladeEncoder, final_dir: Path, max_length: int) -> No
 
     The sentence-transformers files (modules.json, sentence_bert_config.json,
     1_SpladePooling/config.json, config_sentence_transformers.json) are written by
-    sentence-transformers itself, from a Transformer(fill-mask) + SpladePooling(max) model.
+    sentence-transformers itself, from a Transformer(fill-mask) + SpladePooling(max) model. An
+    activation shift is folded into the decoder bias first: SpladePooling applies none.
     """
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sparse_encoder.modules import SpladePooling
 
+    fold_logit_shift(encoder.model)
     with atomic_dir(final_dir) as tmp:
         encoder.model.save_pretrained(tmp)
         encoder.tokenizer.save_pretrained(tmp)
@@ -436,6 +438,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
               "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
               "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
               "bf16_autocast": fingerprint["bf16_autocast"], "head": recipe["head"], "last_log": last_row,
+              "logit_shift": encoder.logit_shift,  # final/ carries it in its decoder bias
               "wall_s_this_run": time.perf_counter() - started,
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
     if rank == 0:
