@@ -116,7 +116,8 @@ def _calibrate_then_predict(folder: Path) -> tuple[str, bool]:
     assert set(threads) == {
         "fetch_backbone", "rescale_head", "train", "judge_training", "encode_corpus", "impact_index", "bm25_index",
         "bm25_retrieve", "prepare_corpus",
-        "prepare_training_data"}  # data preparation: the corpus counted, the examples made local
+        "prepare_training_data",  # data preparation: the corpus counted, the examples made local
+        "settings"}  # the settings records its stages read (workflow/rules/settings.smk), local one-line writes
     # declared threads, not scaled down by the dry run: a schedule with 1-thread trainings ran them side by side
     assert threads["train"] == threads["encode_corpus"] == 2 and threads["fetch_backbone"] == 1
     text, _ = report(large / CONFIG, folder / "throughputs.json", large / RESULTS, large, TARGETS)
