@@ -45,6 +45,10 @@ def test_paper_config_has_the_papers_experiment():
     (lambda c: c["datasets"]["scifact"].update(metrics="bleu"), r"datasets.scifact.metrics = 'bleu'"),
     (lambda c: c["backbones"]["minilm"].update(max_length=16), r"encoding.query_max_length = 32 exceeds"),
     (lambda c: c["backbones"].update(bm25=c["backbones"]["minilm"]), r"'bm25' is reserved"),
+    # closed sections: a misspelt key would otherwise be part of every training's or search's params
+    (lambda c: c["training"]["data"].update(nagatives="bm25"), r"unknown key\(s\) 'nagatives' under training.data"),
+    (lambda c: c["datasets"]["scifact"].update(exclude_slef=False),
+     r"unknown key\(s\) 'exclude_slef' under datasets.scifact"),
 ])
 def test_config_errors_are_one_line_and_name_the_key(mutate, message):
     config = copy.deepcopy(_config("demo.yaml"))

@@ -20,6 +20,7 @@ from splade_rescale.rule_params import (
     training_recipe,
     verdict_floors,
 )
+from splade_rescale.training.data import streamed_files
 from splade_rescale.training.recipes import resolve_recipe
 
 DEMO = load_plan_config(REPO / "config/demo.yaml")  # as the Snakefile sees it: recipes merged, defaults filled
@@ -92,3 +93,15 @@ def test_a_search_depends_on_its_own_query_set_only() -> None:
     config["encoding"] = {**DEMO["encoding"], "beir_query_max_length": 64}  # BEIR sets only
     assert search_spec(config, "minilm", "dl19-pool") == before
     assert search_spec(config, "minilm", "scifact")["queries"]["max_length"] == 64
+
+
+def test_the_training_files_a_run_streams_itself_are_listed() -> None:
+    """Inputs of the train job (and in its checkpoint's fingerprint): an examples file the run reads,
+    and teacher scores where the examples are not prepared (a prepared file holds them)."""
+    recipe = {**_recipe(), "loss": "margin_mse", "teacher_scores": "scores.tsv"}
+    assert streamed_files({"source": "examples_jsonl", "path": "ex.jsonl"}, _recipe()) == ["ex.jsonl"]
+    assert streamed_files({"source": "beir_local", "path": "d", "examples": "mined.jsonl"}, recipe) == [
+        "mined.jsonl", "scores.tsv"]
+    assert streamed_files({"source": "tsv_triples", "path": "t.tsv", "prepared": "p.jsonl"}, recipe) == []
+    assert streamed_files({"source": "ir_datasets", "id": "msmarco-passage/train"}, _recipe()) == []
+    assert streamed_files({"source": "ir_datasets", "id": "msmarco-passage/train"}, recipe) == ["scores.tsv"]

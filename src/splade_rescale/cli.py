@@ -284,7 +284,7 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     its last finished shard.
     """
     from splade_rescale.atomic import atomic_dir, write_json
-    from splade_rescale.data.prepare import model_documents, prepared_docs
+    from splade_rescale.data.prepare import model_documents, prepared_docs, prepared_files_digest
     from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
 
     def skip(record: dict[str, Any]) -> None:
@@ -302,7 +302,8 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
                       encoder=_encoder(args), precision=enc["precision"], budget_gb=run["index_budget_gb"],
                       max_active_dims=enc.get("max_active_dims"), index_threads=run["index_threads"],
                       total=prepared_docs(args.prepared) if args.prepared else None,
-                      model_budget_gb=run["model_budget_gb"], model_docs=model_docs)
+                      model_budget_gb=run["model_budget_gb"], model_docs=model_docs,
+                      files_sha256=prepared_files_digest(args.prepared) if args.prepared else None)
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})

@@ -52,6 +52,11 @@ def reference_model_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k not in REFERENCE_NOT_FETCHED}
 
 
+def training_data(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``training.data`` as the examples depend on it: without its prose."""
+    return {k: v for k, v in spec.items() if k != "note"}
+
+
 def training_recipe(recipe: Mapping[str, Any]) -> dict[str, Any]:
     """The resolved recipe's keys that change a run's trajectory (its weights and log values)."""
     return {k: v for k, v in recipe.items() if k not in RECIPE_CADENCE + RECIPE_PROSE + VERDICT_KEYS}

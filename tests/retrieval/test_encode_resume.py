@@ -7,6 +7,7 @@ compares with an uninterrupted run under the new settings:
 * another effective precision (``auto`` on a node with AMX is bf16) or batch size starts again,
   with one log line naming what differs, and the result equals the uninterrupted run byte for byte;
 * retrained weights (same size, same modification times) start again; a copy of the same model resumes;
+* a local corpus edited in place (same ids and count) starts again;
 * a "too dense" verdict reached on resume removes the work folder, and the verdict is judged on
   the same sample as an uninterrupted run's;
 * a record, df file or state.json cut short (a node crash) counts as unfinished, not as an error.
@@ -15,6 +16,7 @@ compares with an uninterrupted run under the new settings:
 from __future__ import annotations
 
 import functools
+import gzip
 import itertools
 import json
 import logging
@@ -42,7 +44,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, interrupt_after: int | None = None,
-            **kwargs) -> dict:
+            spec: dict = SPEC, **kwargs) -> dict:
     """``encode_corpus`` as the CLI calls it (configured precision ``auto``) on a CPU with or without
     AMX; ``interrupt_after``: the encoder fails after that many batches, as a killed job stops."""
     with pytest.MonkeyPatch.context() as mp:
@@ -58,11 +60,11 @@ def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, i
 
             enc.encode_sparse = failing
             with pytest.raises(RuntimeError, match="interrupted"):
-                encode.encode_corpus(model, SPEC, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
+                encode.encode_corpus(model, spec, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
                                      precision="auto", **kwargs)
             assert len(list((encode.work_folder(out) / "records").glob("*.json"))) >= 2
             return {}
-        return encode.encode_corpus(model, SPEC, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
+        return encode.encode_corpus(model, spec, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
                                     precision="auto", **kwargs)
 
 
@@ -134,6 +136,39 @@ def test_a_retrained_model_starts_again_and_a_copy_resumes(model_dir: Path, tmp_
         stats = _encode(copy, again)
     assert stats["resumed_docs"] >= 2 * SHARD and not _restarts(caplog)
     assert _shards(again) == _shards(tmp_path / "straight")
+
+
+def _reword_every_document(corpus: Path) -> None:
+    """Every text changed in place; ids, order and count kept."""
+    with gzip.open(corpus, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f]
+    with gzip.open(corpus, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({**d, "text": "reworded " + d["text"]}) + "\n" for d in docs)
+
+
+def test_a_local_corpus_edited_in_place_starts_again(model_dir: Path, tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Killed, then the corpus file edited in place (same ids, same count: the last-id check cannot
+    tell) and prepared again, as the workflow reruns prepare_corpus: the preparation's file digests are
+    in the key, so no shard of the old texts is kept, and the result equals an uninterrupted run."""
+    from splade_rescale.data.prepare import prepare_corpus, prepared_docs, prepared_files_digest
+
+    folder = shutil.copytree(REPO / "resources" / "demo" / "scifact", tmp_path / "scifact")
+    spec = {**SPEC, "path": str(folder)}
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    prepare_corpus("scifact", spec, before)
+    out = tmp_path / "c"
+    _encode(model_dir, out, spec=spec, interrupt_after=8, files_sha256=prepared_files_digest(before))
+    _reword_every_document(folder / "corpus.jsonl.gz")
+    prepare_corpus("scifact", spec, after)
+    assert prepared_docs(after) == prepared_docs(before)
+    assert prepared_files_digest(after) != prepared_files_digest(before)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        stats = _encode(model_dir, out, spec=spec, files_sha256=prepared_files_digest(after))
+    assert stats["resumed_docs"] == 0
+    assert len(restarts := _restarts(caplog)) == 1 and ": earlier work was for files=" in restarts[0], restarts
+    _encode(model_dir, tmp_path / "straight", spec=spec, files_sha256=prepared_files_digest(after))
+    assert _shards(out) == _shards(tmp_path / "straight")
 
 
 @pytest.fixture()

@@ -143,13 +143,13 @@ def _weights(final: Path) -> dict:
     return AutoModelForMaskedLM.from_pretrained(final).state_dict()
 
 
-def _killed_after_a_checkpoint(init: Path, out: Path, recipe: dict) -> None:
+def _killed_after_a_checkpoint(init: Path, out: Path, recipe: dict, data: dict = TRIPLES) -> None:
     """A trainer run (its own process) killed once it has written a checkpoint, as a node crash leaves it."""
     p = training_paths(out)
     job = subprocess.Popen([sys.executable, "-m", "splade_rescale.training.train", "--init-dir", str(init),
                             "--final-dir", str(p["final_dir"]), "--log-csv", str(p["log_csv"]),
                             "--record", str(p["record_path"]), "--checkpoint-dir", str(p["checkpoint_dir"]),
-                            "--recipe-json", json.dumps(recipe), "--data-json", json.dumps(TRIPLES),
+                            "--recipe-json", json.dumps(recipe), "--data-json", json.dumps(data),
                             "--device", "cpu"], env={**ENV, "OMP_NUM_THREADS": "1"},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # frozen with a checkpoint on disk (written atomically: present means whole), then killed as a crash would
@@ -160,27 +160,30 @@ def _killed_after_a_checkpoint(init: Path, out: Path, recipe: dict) -> None:
     assert list(p["checkpoint_dir"].glob("step-*.pt")) and not p["record_path"].exists()
 
 
-@pytest.mark.parametrize("change", ["init", "lr", "examples"])
+@pytest.mark.parametrize("change", ["init", "lr", "examples", "streamed"])
 def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path: Path, change: str) -> None:
     """Killed, then rerun after a change of its init (another factor, say), its recipe or its training
-    examples: the rerun starts over, logging what differs, and ends with the weights of an uninterrupted
-    run of the new settings. A change of cadence alone resumes."""
+    examples (a prepared file, or a local examples file the run streams itself, edited in place): the
+    rerun starts over, logging what differs, and ends with the weights of an uninterrupted run of the new
+    settings. A change of cadence alone resumes."""
     first = save_tiny_bert(tmp_path / "init-a")
     recipe = tiny_recipe(steps=12, checkpoint_every=2, keep_checkpoints=1)
-    data = {**TRIPLES, "prepared": str(tmp_path / "examples.jsonl")} if change == "examples" else TRIPLES
+    examples = tmp_path / "examples.jsonl"
+    data = {**TRIPLES, "prepared": str(examples)} if change == "examples" else \
+        {"source": "examples_jsonl", "path": str(examples)} if change == "streamed" else TRIPLES
     second, new_recipe, new_data = first, recipe, data
     if change == "init":
         second = save_tiny_bert(tmp_path / "init-b", decoder_bias=-0.3)
     elif change == "lr":
         new_recipe = {**recipe, "lr": 2.0e-3}
-    if change == "examples":  # the same run's prepared examples, written again with one text changed
+    if change in ("examples", "streamed"):  # the run's examples, written again with one text changed below
         from splade_rescale.training.data import prepare_examples
 
         prepare_examples(TRIPLES, {"seed": 0, "shuffle_buffer": 16, "teacher_scores": None, "examples": 48},
-                         tmp_path / "examples.jsonl")
+                         examples)
     out = tmp_path / "out"
-    _killed_after_a_checkpoint(first, out, {**recipe, "log_every": 3})
-    if change == "examples":
+    _killed_after_a_checkpoint(first, out, {**recipe, "log_every": 3}, data if change == "streamed" else TRIPLES)
+    if change in ("examples", "streamed"):
         lines = (tmp_path / "examples.jsonl").read_text().splitlines(keepends=True)
         lines[0] = lines[0].replace('"query": "', '"query": "edited ', 1)
         (tmp_path / "examples.jsonl").write_text("".join(lines))
@@ -188,7 +191,7 @@ def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path: Path, change: str)
     log = (out / "train.log").read_text()
     differs = re.search(r"checkpoint of another run \(([^)]*) differ\); starting over", log)
     assert "resumed from" not in log and differs, log[-2000:]
-    assert differs.group(1) == {"init": "init", "lr": "recipe", "examples": "examples"}[change]
+    assert differs.group(1) == {"init": "init", "lr": "recipe", "examples": "examples", "streamed": "examples"}[change]
     run_training(second, recipe=new_recipe, data_spec=new_data, device="cpu", **training_paths(tmp_path / "fresh"))
     got, want = _weights(out / "final"), _weights(tmp_path / "fresh" / "final")
     assert all(torch.equal(got[k], want[k]) for k in want)

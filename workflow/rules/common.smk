@@ -12,7 +12,7 @@ from snakemake.utils import validate
 from splade_rescale.config import ConfigError, check_results_layout, local_threads, validate_config, visible_gpus
 from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.data.corpora import corpora
-from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, verdict_floors
+from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, training_data, verdict_floors
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 from splade_rescale.training.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
 from splade_rescale.training.verdict import judge_files
@@ -68,6 +68,7 @@ REFERENCE_MODELS = list(config["reference_models"])  # published checkpoints: no
 VARIANTS = list(config["variants"])
 DATASETS = list(config["datasets"])
 REFERENCE = config["reference_backbone"]
+TRAIN_DATA = training_data(config["training"]["data"])  # without its prose: a note reruns nothing
 # Corpus work (encoding, impact and BM25 indexes) is keyed by corpus: MS MARCO dev, DL19 and
 # DL20 share one 8.8M-passage corpus, encoded and indexed once per model.
 CORPUS_OF, CORPORA = corpora(config["datasets"])

@@ -10,14 +10,13 @@ from splade_rescale.data.prepare import query_spec, training_corpus
 from splade_rescale.rule_params import corpus_files
 from splade_rescale.training.data import run_stream, stream_name
 
-_TRAIN_DATA = config["training"]["data"]
 try:
     # the docs store the training examples' texts come from: MS MARCO's is also an evaluation corpus
-    TRAINING_CORPUS = training_corpus(_TRAIN_DATA, CORPORA)
+    TRAINING_CORPUS = training_corpus(TRAIN_DATA, CORPORA)
     # the examples each training run reads, prepared from a source that is not local examples already
     # (a mined beir_local split is: rule mine_negatives); one file per distinct stream
     RUN_STREAMS = {(b, run): run_stream(resolve_recipe(config, b, run)) for b in BACKBONES
-                   for run in backbone_runs(b)} if _TRAIN_DATA["source"] in ("ir_datasets", "tsv_triples") else {}
+                   for run in backbone_runs(b)} if TRAIN_DATA["source"] in ("ir_datasets", "tsv_triples") else {}
 except (ConfigError, ValueError) as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 STREAMS = ConfigSection("training streams", {stream_name(s): s for s in RUN_STREAMS.values()})
@@ -86,7 +85,7 @@ rule prepare_training_source:
     output:
         res("data/training_source.json"),
     params:
-        data=as_json(_TRAIN_DATA),
+        data=as_json(TRAIN_DATA),
     log:
         res("logs/prepare_training_source.log"),
     benchmark:
@@ -106,14 +105,14 @@ rule prepare_training_data:
     prepare_training_source built in $IR_DATASETS_HOME.
     """
     input:
-        source=res("data/training_source.json") if _TRAIN_DATA["source"] == "ir_datasets" else [],
-        triples=_TRAIN_DATA["path"] if _TRAIN_DATA["source"] == "tsv_triples" else [],
+        source=res("data/training_source.json") if TRAIN_DATA["source"] == "ir_datasets" else [],
+        triples=TRAIN_DATA["path"] if TRAIN_DATA["source"] == "tsv_triples" else [],
         teacher=lambda w: STREAMS[w.stream]["teacher_scores"] or [],
     output:
         examples=res("training/examples/{stream}.jsonl"),
         record=res("training/examples/{stream}.json"),
     params:
-        data=as_json(_TRAIN_DATA),
+        data=as_json(TRAIN_DATA),
         stream=lambda w: as_json(STREAMS[w.stream]),
     log:
         res("logs/prepare_training_data/{stream}.log"),

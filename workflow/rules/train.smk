@@ -1,6 +1,6 @@
 from splade_rescale.rule_params import dataset_files, training_recipe, verdict_floors
+from splade_rescale.training.data import streamed_files
 
-TRAIN_DATA = config["training"]["data"]
 MINED = TRAIN_DATA["source"] == "beir_local" and TRAIN_DATA.get("negatives") == "bm25"
 
 
@@ -23,6 +23,15 @@ rule mine_negatives:
         "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
 
 
+def streamed_inputs(w):
+    """The local files a run reads itself (an examples file, teacher scores): none where its examples
+    are prepared; mined examples are the examples input already."""
+    if (w.backbone, w.variant) in PREPARED_EXAMPLES:
+        return []
+    data = {k: v for k, v in TRAIN_DATA.items() if not (MINED and k == "examples")}
+    return streamed_files(data, resolve_recipe(config, w.backbone, w.variant))
+
+
 # results/{experiment}/models/{name}/reference/ of a reference model matches the training paths too.
 ruleorder: fetch_reference_model > judge_training
 ruleorder: fetch_reference_model > train
@@ -37,6 +46,7 @@ rule train:
         init=lambda w: res(f"models/{w.backbone}/{split_run(w.variant)[0]}/init"),  # shared by its seeds
         examples=(res("training/examples.jsonl") if MINED  # other sources: prepared in data.smk
                   else lambda w: PREPARED_EXAMPLES.get((w.backbone, w.variant), [])),
+        streamed=streamed_inputs,
     output:
         record=res("models/{backbone}/{variant}/training.json"),
         series=res("models/{backbone}/{variant}/sparsity.csv"),

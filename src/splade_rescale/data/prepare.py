@@ -28,6 +28,7 @@ from typing import Any, Mapping
 from tqdm.auto import tqdm
 
 from splade_rescale.atomic import write_json
+from splade_rescale.digests import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
     """Make a corpus's documents local and count them; write ``{"corpus", "spec", "docs", ...}`` to ``out``."""
     from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
+    from splade_rescale.rule_params import corpus_files  # imports this module
 
     t0 = time.perf_counter()
     record: dict[str, Any] = {"corpus": name, "spec": dict(spec)}
@@ -71,6 +73,8 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
         _, docs = load_corpus(name, spec, root)
     if not docs:
         raise ValueError(f"corpus {name}: no documents; check its dataset entry in the config")
+    # local files by content: an encode resumed after an edit that keeps ids and count must not reuse shards
+    record["files_sha256"] = {f: file_sha256(Path(root) / f) for f in corpus_files(spec)}
     record.update(docs=docs, seconds=round(time.perf_counter() - t0, 3))
     write_json(out, record)
     log.info("corpus %s: %d documents (%.0f s)", name, docs, record["seconds"])
@@ -120,6 +124,11 @@ def prepared_docs(path: str | Path) -> int:
         raise ValueError(f"{path}: not a corpus preparation record ({e}); rerun the prepare_corpus rule") from None
 
 
+def prepared_files_digest(path: str | Path) -> dict[str, str]:
+    """The local corpus files' SHA-256 a :func:`prepare_corpus` file records (none for ir_datasets)."""
+    return dict(json.loads(Path(path).read_text()).get("files_sha256", {}))
+
+
 def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path = ".") -> int:
     """Documents of all the corpora one model encodes (``name -> {"spec", "prepared"}``).
 
@@ -131,6 +140,7 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
     """
     from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
+    from splade_rescale.rule_params import corpus_files  # imports this module
 
     total = 0
     for name, entry in corpora.items():

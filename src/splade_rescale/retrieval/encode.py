@@ -318,11 +318,12 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
                   encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto",
                   budget_gb: float | None = None, max_active_dims: int | None = None,
                   index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
-                  model_docs: int | None = None) -> dict:
+                  model_docs: int | None = None, files_sha256: Mapping[str, str] | None = None) -> dict:
     """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside.
 
     ``total``: the corpus's document count from its preparation; without it the corpus is
-    counted here (a local one) or taken from ir_datasets / the published size.
+    counted here (a local one) or taken from ir_datasets / the published size. ``files_sha256``:
+    the local files' digests from the same preparation, part of the resume key.
     """
     from splade_rescale.data.datasets import load_corpus
 
@@ -333,7 +334,7 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
         stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
                             budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
                             max_active_dims=max_active_dims, index_threads=index_threads,
-                            inputs=resume_inputs(model_dir, name, corpus_spec, head))
+                            inputs=resume_inputs(model_dir, name, corpus_spec, head, files_sha256))
     except NonFiniteWeights as exc:
         raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for document {exc.item!r} of corpus "
                          f"{name!r}; {NON_FINITE_FIX}") from None

@@ -60,10 +60,13 @@ def model_fingerprint(model_dir: str | Path) -> str:
     return h.hexdigest()
 
 
-def resume_inputs(model_dir: str | Path, name: str, corpus_spec: Mapping, head: str) -> dict[str, Any]:
-    """The upstream part of a corpus encode's resume key: model content, corpus and head
-    (``encode_docs`` adds the document count, output settings, precision, device and batching)."""
-    return {"model": model_fingerprint(model_dir), "corpus": name, "spec": dict(corpus_spec), "head": head}
+def resume_inputs(model_dir: str | Path, name: str, corpus_spec: Mapping, head: str,
+                  files_sha256: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The upstream part of a corpus encode's resume key: model content, corpus (its spec and, for local
+    files, their contents) and head (``encode_docs`` adds the document count, output settings, precision,
+    device and batching)."""
+    return {"model": model_fingerprint(model_dir), "corpus": name, "spec": dict(corpus_spec),
+            "files": dict(files_sha256 or {}), "head": head}
 
 
 def skip_finished(docs: Iterator[tuple[str, str]], n: int, last_id: str | None, folder: ShardFolder) -> None:

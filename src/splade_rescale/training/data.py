@@ -261,6 +261,18 @@ def _prepared_examples(path: Path, data: Mapping[str, Any], stream: Mapping[str,
         raise TrainingDataError(f"{path}: ends after {n} examples (its record says {meta['examples']}); {fix}")
 
 
+def streamed_files(spec: Mapping[str, Any], recipe: Mapping[str, Any]) -> list[str]:
+    """The local files a run with ``recipe`` reads itself (paths as the spec gives them): none from a
+    prepared file (it holds the texts and teacher scores), else its examples file and any teacher
+    scores. Inputs of its training job and part of its checkpoint's fingerprint, so an edit in place
+    retrains it."""
+    if spec.get("prepared"):
+        return []
+    source, stream = spec.get("source"), run_stream(recipe)
+    examples = spec.get("examples") if source == "beir_local" else spec.get("path") if source == "examples_jsonl" else None
+    return [str(f) for f in (examples, stream["teacher_scores"]) if f]
+
+
 def training_stream(spec: Mapping[str, Any], recipe: Mapping[str, Any], start: int = 0,
                     root: str | Path = ".") -> Iterator[Example]:
     """The examples a run with ``recipe`` reads, from the ``start``-th on: from the prepared file

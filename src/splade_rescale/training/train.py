@@ -52,7 +52,7 @@ from splade_rescale.model.losses import (
 )
 from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
 from splade_rescale.rule_params import training_recipe
-from splade_rescale.training.data import Example, training_stream
+from splade_rescale.training.data import Example, streamed_files, training_stream
 from splade_rescale.training.recipes import TrainingConfigError, check_recipe_keys
 from splade_rescale.training.verdict import series_csv
 
@@ -163,15 +163,16 @@ def _save_checkpoint(checkpoint_dir: Path, state: dict[str, Any], keep: int) -> 
 
 
 def run_fingerprint(init_dir: Path, recipe: Mapping[str, Any], data_spec: Mapping[str, Any],
-                    bf16: bool) -> dict[str, Any]:
+                    bf16: bool, root: Path = Path(".")) -> dict[str, Any]:
     """What a run's trajectory is made from; a checkpoint is resumed only under the same one.
 
-    The init's and the examples' contents (a rescaled init of another factor, a re-mined example
-    file), the recipe's trajectory keys (not its logging or checkpoint cadence), the data spec and
-    the effective precision (``precision: auto`` is bf16 on a GPU, fp32 on most CPUs).
+    The init's contents (a rescaled init of another factor), the contents of every examples or
+    teacher-scores file the run reads (a re-mined or edited file), the recipe's trajectory keys (not
+    its logging or checkpoint cadence), the data spec and the effective precision (``precision:
+    auto`` is bf16 on a GPU, fp32 on most CPUs). Paths are relative to ``root``.
     """
-    examples = data_spec.get("prepared") or data_spec.get("examples")
-    return {"init": folder_sha256(init_dir), "examples": file_sha256(examples) if examples else None,
+    read = [data_spec["prepared"]] if data_spec.get("prepared") else streamed_files(data_spec, recipe)
+    return {"init": folder_sha256(init_dir), "examples": {f: file_sha256(root / f) for f in read} or None,
             "recipe": training_recipe(recipe), "data": {k: v for k, v in data_spec.items()
                                                         if k not in ("prepared", "examples")},
             "bf16_autocast": bf16}
@@ -357,7 +358,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
 
     step, elapsed_before = 0, 0.0
     series: list[tuple[int, float, float]] = []  # (step, mean non-zeros per query, per document), every step
-    fingerprint = run_fingerprint(init_dir, recipe, data_spec, uses_bf16(dev, recipe["precision"]))
+    fingerprint = run_fingerprint(init_dir, recipe, data_spec, uses_bf16(dev, recipe["precision"]), root)
     state = _resume(checkpoint_dir, fingerprint, encoder, optimizer, scheduler, rank, world)
     if state is not None:
         step, elapsed_before = state["step"], state["elapsed_s"]
