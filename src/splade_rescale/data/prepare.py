@@ -140,7 +140,6 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
     """
     from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
-    from splade_rescale.rule_params import corpus_files  # imports this module
 
     total = 0
     for name, entry in corpora.items():

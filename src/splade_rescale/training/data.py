@@ -269,7 +269,7 @@ def streamed_files(spec: Mapping[str, Any], recipe: Mapping[str, Any]) -> list[s
     if spec.get("prepared"):
         return []
     source, stream = spec.get("source"), run_stream(recipe)
-    examples = spec.get("examples") if source == "beir_local" else spec.get("path") if source == "examples_jsonl" else None
+    examples = {"beir_local": spec.get("examples"), "examples_jsonl": spec.get("path")}.get(source)
     return [str(f) for f in (examples, stream["teacher_scores"]) if f]
 
 
