@@ -223,7 +223,7 @@ def synthetic_collection(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     folder = tmp_path_factory.mktemp("collection") / "corpus"
     folder.mkdir()
     rng = random.Random(0)
-    n, per_shard = 2_000, 500  # ~5 s of adding documents: a kill once the first are added lands mid-build
+    n, per_shard = 2_000, 500  # seconds of adding documents: a kill once the first are added lands mid-build
     for s in range(n // per_shard):
         with open(folder / f"docs-{s:05d}.jsonl", "w") as fh:
             for i in range(s * per_shard, (s + 1) * per_shard):

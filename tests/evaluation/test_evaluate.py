@@ -96,8 +96,8 @@ def _numba_specialisations() -> int:
 
 
 def test_ids_of_a_new_width_compile_nothing_new():
-    """ranx's Qrels/Run compiled numba functions anew for each string width of the ids: ~30 s per new
-    collection in a fresh environment. Our inputs to ranx's metrics have one signature."""
+    """ranx's Qrels/Run compiled numba functions anew for each string width of the ids: tens of seconds
+    per new collection in a fresh environment. Our inputs to ranx's metrics have one signature."""
     def case(width: int) -> tuple[dict, dict]:
         ids = [f"{i:0{width}d}" for i in range(40)]
         qrels = {f"q{q:0{width}d}": {ids[q]: 1, ids[q + 1]: 2} for q in range(20)}
@@ -164,7 +164,7 @@ def test_significance_matches_ranx_and_corrections():
     r = ours["SPLADE_P_P_ENSEMBLE_DISTIL"]
     assert r["delta"] == pytest.approx(0.7308 - 0.5058, abs=1e-3) and r["significant"]
     # ranx's own test on the same per-query scores (not ranx.compare on Qrels/Run objects: those compile
-    # numba functions per id width, ~40 s in a fresh environment, for the same scipy call)
+    # numba functions per id width in a fresh environment, for the same scipy call)
     qids = sorted(per_query["BM25"])
     ranx_p, _ = paired_student_t_test(*(np.array([per_query[n][q] for q in qids]) for n in names))
     assert r["p_value"] == pytest.approx(ranx_p, rel=1e-6)

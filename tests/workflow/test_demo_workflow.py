@@ -1,5 +1,5 @@
-"""End to end: the real offline demo workflow in a copy of the repository (6-8 minutes alone on 2
-cores, 8-10 beside the other tests).
+"""End to end: the real offline demo workflow in a copy of the repository (the suite's longest module:
+minutes on 2 cores; docs/measurements.md).
 
 One session-scoped run of ``snakemake all --cores 2 --configfile config/demo.yaml`` in a
 temporary copy (Snakefile, workflow/, config/, resources/), shared by every test here (one module,

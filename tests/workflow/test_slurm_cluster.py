@@ -60,7 +60,7 @@ NORMS = f"results/demo/norms/{BACKBONE}.json"
 BM25 = f"results/demo/metrics/bm25/{DATASET}.json"
 CHAIN = f"results/demo/metrics/{BACKBONE}/{VARIANT}/{DATASET}.json"
 BROKEN = "results/demo/metrics/bm25/broken.json"  # its corpus is not gzip: the first job reading it fails
-SLURM_TIMEOUT = 900  # s; the run itself takes ~3-5 min on 2 idle cores
+SLURM_TIMEOUT = 900  # s; a few times what the run needs on 2 idle cores
 
 
 def _free_port() -> int:

@@ -139,7 +139,7 @@ def _make_recipe_pytest_args(target: str, marker: str) -> list[str]:
 
 
 def test_make_test_runs_the_serial_folder_alone_and_refuses_a_serial_test_elsewhere(tmp_path: Path) -> None:
-    """The serial phase runs tests/serial/ only (collecting the whole suite again cost 8-12 s of
+    """The serial phase runs tests/serial/ only (collecting the whole suite again costs seconds of
     imports); a test marked serial outside it would be skipped by both phases, so collection fails."""
     args = _make_recipe_pytest_args("test", "serial")
     assert args[-1] == "tests/serial" and "-n" not in args
@@ -162,8 +162,7 @@ def test_make_test_runs_the_serial_folder_alone_and_refuses_a_serial_test_elsewh
 def test_make_test_starts_the_demo_workflow_first(tmp_path: Path) -> None:
     """The demo's ten-minute workflow must start at once on one xdist worker: xdist's loadscope
     otherwise hands out the modules with the most tests first, and the demo (few tests) started
-    ~2 minutes late and ran alone at the end (parallel phase 673 s; demo first, with
-    OMP_WAIT_POLICY=PASSIVE as well: 620 s).
+    minutes late and ran alone at the end, lengthening the parallel phase (docs/measurements.md).
 
     A miniature suite, run with the Makefile's options and the project's conftest: two modules with
     more tests than the demo's, each test recording its module and worker as it starts. Each

@@ -13,6 +13,7 @@ from splade_rescale.config import ConfigError, check_results_layout, local_threa
 from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.data.corpora import corpora
 from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, training_data, verdict_floors
+from splade_rescale.training.data import streamed_files
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 from splade_rescale.training.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
 from splade_rescale.training.verdict import judge_files
@@ -69,6 +70,7 @@ VARIANTS = list(config["variants"])
 DATASETS = list(config["datasets"])
 REFERENCE = config["reference_backbone"]
 TRAIN_DATA = training_data(config["training"]["data"])  # without its prose: a note reruns nothing
+MINED = TRAIN_DATA["source"] == "beir_local" and TRAIN_DATA.get("negatives") == "bm25"  # rule mine_negatives
 # Corpus work (encoding, impact and BM25 indexes) is keyed by corpus: MS MARCO dev, DL19 and
 # DL20 share one 8.8M-passage corpus, encoded and indexed once per model.
 CORPUS_OF, CORPORA = corpora(config["datasets"])
@@ -312,3 +314,12 @@ SETTINGS = ConfigSection("settings records", settings_records(config, BACKBONES 
 def settings(*names):
     """The paths of settings records (settings.smk), as a stage's inputs."""
     return [res(f"settings/{name}.json") for name in names]
+
+
+def streamed_inputs(w):
+    """The local files a training run reads itself (an examples file, teacher scores): none where its
+    examples are prepared (PREPARED_EXAMPLES, data.smk); mined examples are its examples input already."""
+    if (w.backbone, w.variant) in PREPARED_EXAMPLES:
+        return []
+    data = {k: v for k, v in TRAIN_DATA.items() if not (MINED and k == "examples")}
+    return streamed_files(data, resolve_recipe(config, w.backbone, w.variant))

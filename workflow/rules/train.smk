@@ -1,7 +1,4 @@
 from splade_rescale.rule_params import dataset_files, training_recipe, verdict_floors
-from splade_rescale.training.data import streamed_files
-
-MINED = TRAIN_DATA["source"] == "beir_local" and TRAIN_DATA.get("negatives") == "bm25"
 
 
 rule mine_negatives:
@@ -21,15 +18,6 @@ rule mine_negatives:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
-
-
-def streamed_inputs(w):
-    """The local files a run reads itself (an examples file, teacher scores): none where its examples
-    are prepared; mined examples are the examples input already."""
-    if (w.backbone, w.variant) in PREPARED_EXAMPLES:
-        return []
-    data = {k: v for k, v in TRAIN_DATA.items() if not (MINED and k == "examples")}
-    return streamed_files(data, resolve_recipe(config, w.backbone, w.variant))
 
 
 # results/{experiment}/models/{name}/reference/ of a reference model matches the training paths too.

@@ -8,9 +8,9 @@ cost model is
 
     seconds = fixed_s + per_term_s * query_nnz + per_posting_s * postings ** gamma
 
-``fixed_s``: what every query pays, mostly its 1,000 hits: the same 32-term queries on a 30k
-index cost ~24 ms at k = 1000 and ~2.5 ms at k = 10 (Anserini's hit objects and their trip to
-Python through pyjnius). ``per_term_s``: each term's Java map entry and Lucene scorer. The posting
+``fixed_s``: what every query pays, mostly its 1,000 hits: at k = 1000 it is about ten times what
+it is at k = 10 for the same queries (Anserini's hit objects and their trip to Python through
+pyjnius; docs/measurements.md). ``per_term_s``: each term's Java map entry and Lucene scorer. The posting
 term may be sublinear (``gamma`` < 1) where Lucene's dynamic pruning (MaxScore once 1,000 hits are
 collected) skips more of longer posting lists; the fit says how much (0.84 on the shipped
 calibration: SPLADE's weights leave little to skip). The coefficients are fitted (:func:`fit`) to

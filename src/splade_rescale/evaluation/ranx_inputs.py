@@ -1,8 +1,8 @@
 """ranx's metric inputs built directly: per query, (document code, grade) and (document code, score) rows.
 
 ``ranx.Qrels``/``Run`` compile numba functions for each string width of the ids they are given:
-~30 s per new width in a fresh environment (the demo's first SciFact evaluation took 43 s, the
-DL19 one after it 31 s), so every new collection's id lengths cost a compile, and the paper run
+tens of seconds per new width in a fresh environment (docs/measurements.md), so every new
+collection's id lengths cost a compile, and the paper run
 pays one per BEIR collection on every fresh node. They also match documents by a float of each id's
 hash. Here the codes are exact integers shared by qrels and run, and one numba function with a
 fixed signature, cached on disk, builds the typed lists that ranx's metric kernels read.
