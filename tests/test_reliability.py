@@ -5,7 +5,8 @@ call) and checks the protection that handles it:
 
 * encoding killed (SIGTERM / SIGKILL at a seeded random point) -> no corpus folder that
   Snakemake could take as complete, no cut-short file; the rerun resumes after the finished
-  shards kept in the work folder and gives byte-identical shards;
+  shards kept in the work folder and gives byte-identical shards; killed, then its model retrained
+  in place -> the rerun keeps no shard of the old model and equals an uninterrupted run;
 * training of the demo's real MiniLM killed by SIGTERM after a checkpoint -> no final model
   or manifest; the rerun resumes and ends on exactly the uninterrupted weights;
 * Lucene indexing killed -> no index folder; the rerun starts clean and succeeds;
@@ -149,6 +150,42 @@ def test_killed_encoding_leaves_nothing_complete_and_rerun_is_identical(
     assert _hidden(out) == []  # the stale temporaries were removed by the rerun
     stats = json.loads((out / "corpus.stats.json").read_text())
     assert stats["n_docs"] == sum(gzip.decompress(s).count(b"\n") for s in ref_shards.values())
+
+
+def _retrain_in_place(model_dir: Path) -> None:
+    """New encoder weights in the same files (sizes unchanged), as a retrained model would leave them."""
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(model_dir)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.base_model.encoder.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    model.save_pretrained(model_dir)
+
+
+def test_killed_encoding_then_a_retrained_model_starts_again(demo_model: Path, reference_encoding: Path,
+                                                             tmp_path: Path) -> None:
+    """Fault: `splade-rescale encode-corpus` SIGKILLed mid-corpus, then its model retrained in place
+    before the rerun (a crash, then an upstream change). The rerun must not keep a shard of the old
+    model: it says what differs, starts again, and equals an uninterrupted encode with the new weights."""
+    model = shutil.copytree(demo_model, tmp_path / "minilm")
+    out = tmp_path / "scifact"
+    proc = subprocess.Popen(_encode_cmd(model, out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    freeze_when([proc.pid], _shards_begun(out, 2), "2 shards begun", timeout=300)
+    assert _signal_frozen(proc, signal.SIGKILL) == -signal.SIGKILL
+    assert (out / ".corpus.partial").is_dir() and not (out / "corpus").exists()
+
+    _retrain_in_place(model / "model")
+    rerun = subprocess.run(_encode_cmd(model, out), env=ENV, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "earlier work was for model=" in rerun.stderr and "resuming at shard" not in rerun.stderr, \
+        rerun.stderr[-2000:]
+    straight = tmp_path / "straight"
+    proc = subprocess.run(_encode_cmd(model, straight), env=ENV, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _files(out / "corpus") == _files(straight / "corpus") != _files(reference_encoding / "corpus")
 
 
 # ---------------------------------------------------------------------------- training
