@@ -92,7 +92,7 @@ rehearsal: $(STAMP)
 		--passages $(PASSAGES) --dev-queries $(DEV_QUERIES) --beir-docs $(BEIR_DOCS) --long-queries $(LONG_QUERIES)
 	$(SHORT_JVM) $(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal watch --folder results/rehearsal \
 		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
-	$(REHEARSAL) $(BIN)/splade-rescale calibrate --configfile config/rehearsal.yaml \
+	$(REHEARSAL) $(BIN)/splade-rescale fit-throughputs --configfile config/rehearsal.yaml \
 		--out results/rehearsal/throughputs-cpu.json
 	$(REHEARSAL) $(BIN)/splade-rescale rehearsal-report --configfile config/rehearsal.yaml \
 		--throughputs results/rehearsal/throughputs-cpu.json

@@ -468,7 +468,7 @@ def run(args: argparse.Namespace) -> dict:
         sizes.append(record)
         groups += measured
     sets = [{k: v for k, v in row.items() if k != "groups"} for record in sizes for row in record["search"]]
-    model = retrieval_cost.calibrate(groups, sets)
+    model = retrieval_cost.fit_search_cost(groups, sets)
     model.update(query_nnz=DEFAULT_QUERY_NNZ, doc_nnz=DEFAULT_DOC_NNZ)
     for row in sets + [row for record in sizes + ([rate] if rate else []) for row in record["search"]]:
         row["predicted_s"] = round(float(retrieval_cost.seconds(model, row["postings"], row["query_nnz"])), 5)

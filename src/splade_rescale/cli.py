@@ -49,15 +49,15 @@ def fetch_backbone_cmd(args: argparse.Namespace) -> None:
     fetch_backbone(args.name, args.spec, args.out)
 
 
-@command("fetch-reference", lambda p: (
+@command("fetch-published", lambda p: (
     p.add_argument("--name", required=True),
-    p.add_argument("--spec", type=json_arg, required=True, help="the reference model's config entry, as JSON"),
-    p.add_argument("--out", required=True, type=Path, help="results/models/{name}/reference"),
+    p.add_argument("--spec", type=json_arg, required=True, help="the published model's config entry, as JSON"),
+    p.add_argument("--out", required=True, type=Path, help="results/models/{name}/published"),
 ))
-def fetch_reference_cmd(args: argparse.Namespace) -> None:
+def fetch_published_cmd(args: argparse.Namespace) -> None:
     """A published SPLADE checkpoint in place of a trained model (calibration rows)."""
-    from splade_rescale.backbones.reference import fetch_reference_model
-    fetch_reference_model(args.name, args.spec, args.out)
+    from splade_rescale.backbones.published import fetch_published_model
+    fetch_published_model(args.name, args.spec, args.out)
 
 
 @command("measure-norms", lambda p: (
@@ -73,7 +73,7 @@ def measure_norms_cmd(args: argparse.Namespace) -> None:
     if rescale.is_file():
         record = json.loads(rescale.read_text())
         labels["factor"] = record["factor"]
-        if "vocab_transfer" in record:  # vocabulary sizes and the probe before calibration
+        if "vocab_transfer" in record:  # vocabulary sizes and the probe before the bias shift
             labels["vocab_transfer"] = record["vocab_transfer"]
     measure_model_dir(args.model, args.probe, args.out, labels)
 
@@ -97,7 +97,7 @@ def norms_table_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--backbone-norms", type=Path),
     p.add_argument("--reference-norms", type=Path),
     p.add_argument("--probe", type=lambda text: json_arg(text) if text else None,
-                   help="the config's probe section, as JSON (vocab_transfer calibration; empty: none)"),
+                   help="the config's probe section, as JSON (a fitted bias or logit shift; empty: none)"),
     p.add_argument("--out", required=True, type=Path),
 ))
 def rescale_cmd(args: argparse.Namespace) -> None:
@@ -388,7 +388,7 @@ def bm25_index_cmd(args: argparse.Namespace) -> None:
 
 @command("bm25-retrieve", search_args)
 def bm25_retrieve_cmd(args: argparse.Namespace) -> None:
-    """BM25 reference run (k1=0.9, b=0.4) over a dataset's judged queries."""
+    """BM25 run (k1=0.9, b=0.4) over a dataset's judged queries."""
     from splade_rescale.retrieval.lucene import run_bm25_search
     run_bm25_search(args.name, args.dataset, args.index, args.run, k=args.k, threads=args.threads,
                     stats_path=args.stats)
@@ -471,13 +471,13 @@ def expected_cmd(args: argparse.Namespace) -> None:
 @command("tables", lambda p: (
     report_args(p),
     p.add_argument("--bm25", nargs="*", default=[], type=Path),
-    p.add_argument("--references", nargs="*", default=[], type=Path, help="reference models' metrics JSON"),
+    p.add_argument("--published", nargs="*", default=[], type=Path, help="published models' metrics JSON"),
     p.add_argument("--norms-csv", required=True, type=Path),
 ))
 def tables_cmd(args: argparse.Namespace) -> None:
     """The paper's tables (Markdown, CSV, LaTeX, HTML) with significance marks and provenance."""
     from splade_rescale.report.tables import run_tables
-    run_tables(args.config, args.summaries, args.bm25, args.norms_csv, args.out_dir, args.references)
+    run_tables(args.config, args.summaries, args.bm25, args.norms_csv, args.out_dir, args.published)
 
 
 @command("figures", report_args)
@@ -517,7 +517,7 @@ def plan_cmd(args: argparse.Namespace) -> None:
         data = json.loads(args.out.with_suffix(".json").read_text())
         args.out.with_suffix(".json").write_text(json.dumps({**data, "schedule": result}, indent=1) + "\n")
     elif args.cores:
-        from splade_rescale.costs.calibrate import predict_config, render_prediction
+        from splade_rescale.costs.fit_throughputs import predict_config, render_prediction
         throughputs = load_throughputs(args.throughputs or THROUGHPUTS_CPU_PATH)
         if "cpu" not in throughputs:
             throughputs["cpu"] = load_throughputs(THROUGHPUTS_CPU_PATH)["cpu"]
@@ -527,34 +527,35 @@ def plan_cmd(args: argparse.Namespace) -> None:
     print(text)
 
 
-@command("calibrate", lambda p: (
+@command("fit-throughputs", lambda p: (
     p.add_argument("--configfile", required=True, type=Path, help="the config of the finished run"),
     p.add_argument("--run", type=Path, default=Path("."), help="the folder the run ran in (holds results/)"),
     p.add_argument("--targets", nargs="+", default=["all"]),
     p.add_argument("--machine", help="how to label the figures (default: CPU model and cores)"),
     p.add_argument("--out", type=Path, required=True, help="throughputs JSON: config/throughputs.json + a cpu section"),
 ))
-def calibrate_cmd(args: argparse.Namespace) -> None:
+def fit_throughputs_cmd(args: argparse.Namespace) -> None:
     """CPU throughputs (per rule: fixed s + s per unit, bytes) fitted to a finished run's benchmarks."""
     from splade_rescale.atomic import write_json
-    from splade_rescale.costs.calibrate import calibrate
+    from splade_rescale.costs.fit_throughputs import fit_throughputs
     from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_throughputs
     throughputs = load_throughputs(THROUGHPUTS_CPU_PATH)  # its cpu section: rates for one-size rules
-    throughputs["cpu"] = calibrate(args.configfile, args.run, args.targets, throughputs, args.machine)
+    throughputs["cpu"] = fit_throughputs(args.configfile, args.run, args.targets, throughputs, args.machine)
     write_json(args.out, throughputs)
     print(f"wrote {args.out}")
 
 
 @command("rehearsal-report", lambda p: (
     p.add_argument("--configfile", required=True, type=Path),
-    p.add_argument("--throughputs", required=True, type=Path, help="with a cpu section (splade-rescale calibrate)"),
+    p.add_argument("--throughputs", required=True, type=Path,
+                   help="with a cpu section (splade-rescale fit-throughputs)"),
     p.add_argument("--run", type=Path, default=Path(".")),
     p.add_argument("--targets", nargs="+", default=["all"]),
     p.add_argument("--out-dir", type=Path, help="default results/{experiment}"),
 ))
 def rehearsal_report_cmd(args: argparse.Namespace) -> None:
     """A finished run's measured table and the plan's prediction beside it (measured.md); fails outside +-35%."""
-    from splade_rescale.costs.calibrate import report
+    from splade_rescale.costs.fit_throughputs import report
     from splade_rescale.costs.inputs import load_plan_config
     args.out_dir = args.out_dir or args.run / "results" / load_plan_config(args.configfile)["experiment"]
     text, ok = report(args.configfile, args.throughputs, args.out_dir, args.run, args.targets)

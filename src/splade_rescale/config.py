@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from splade_rescale.backbones.published import PUBLISHED_RUN
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -109,7 +111,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
     if config["training"].get("seeds") is not None:
         check_seeds(config["training"]["seeds"], "training.seeds")
     if "bm25" in backbones:
-        raise ConfigError("backbones.bm25: the name 'bm25' is reserved for the BM25 reference rows; rename it")
+        raise ConfigError("backbones.bm25: the name 'bm25' is reserved for the BM25 rows; rename it")
     reference = config["reference_backbone"]
     if reference not in backbones:
         raise ConfigError(f"reference_backbone = {reference!r} is not a backbone; "
@@ -125,13 +127,14 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
         elif variant["reference"] not in backbones:
             raise ConfigError(f"variants.{name}.reference = {variant['reference']!r} is not a backbone; "
                               f"expected one of: {', '.join(backbones)}")
-    references = config.get("reference_models") or {}
-    for name in references:
+    published_models = config.get("published_models") or {}
+    for name in published_models:
         if name in backbones or name == "bm25":
-            raise ConfigError(f"reference_models.{name}: the name is taken by a backbone (or BM25); rename it")
-    if "reference" in variants:
-        raise ConfigError("variants.reference: the name 'reference' is reserved for reference_models; rename it")
-    published = {f"reference_models.{n}": (s.get("published") or {}) for n, s in references.items()}
+            raise ConfigError(f"published_models.{name}: the name is taken by a backbone (or BM25); rename it")
+    if PUBLISHED_RUN in variants:
+        raise ConfigError(f"variants.{PUBLISHED_RUN}: the name is reserved for the runs of published_models "
+                          f"(results/<experiment>/models/<name>/{PUBLISHED_RUN}/); rename it")
+    published = {f"published_models.{n}": (s.get("published") or {}) for n, s in published_models.items()}
     published["bm25"] = (config.get("bm25") or {}).get("published") or {}
     for where, figures in published.items():
         for dataset in figures:
@@ -167,11 +170,17 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
 
 
 def check_shifts(config: dict[str, Any]) -> None:
-    """Each variant's ``shift``, in one line naming the key, before the schema's less direct messages:
-    only ``logit_shift`` takes one, it is finite, and ``reference`` needs a reference backbone."""
+    """Each variant's ``shift`` and ``target_nnz``, in one line naming the key, before the schema's less
+    direct messages: only ``logit_shift`` takes a shift and only ``vocab_transfer`` a target_nnz; a shift
+    is finite, and ``reference`` needs a reference backbone."""
     variants = config.get("variants")
     for name, variant in (variants.items() if isinstance(variants, dict) else ()):
-        if not isinstance(variant, dict) or "shift" not in variant:
+        if not isinstance(variant, dict):
+            continue
+        if "target_nnz" in variant and variant.get("policy") != "vocab_transfer":
+            raise ConfigError(f"variants.{name}.target_nnz: policy {variant.get('policy')!r} takes no target_nnz; "
+                              "remove it, or set policy: vocab_transfer")
+        if "shift" not in variant:
             continue
         shift, key = variant["shift"], f"variants.{name}.shift"
         if variant.get("policy") != "logit_shift":
@@ -195,14 +204,14 @@ def check_vocab_transfer(name: str, variant: dict[str, Any]) -> None:
     if "factor" in variant:
         parse_factor(variant["factor"], key=f"variants.{name}.factor")
     folder = tokenizer_folder(variant["tokenizer"], f"variants.{name}.tokenizer", offline=True)
-    target = (variant.get("calibrate") or {}).get("target_nnz")
+    target = variant.get("target_nnz")
     if folder is None or not isinstance(target, (int, float)):
         return
     from transformers import AutoTokenizer
 
     size = len(AutoTokenizer.from_pretrained(str(folder)))
     if target > size:
-        raise ConfigError(f"variants.{name}.calibrate.target_nnz = {target} exceeds the vocabulary of "
+        raise ConfigError(f"variants.{name}.target_nnz = {target} exceeds the vocabulary of "
                           f"variants.{name}.tokenizer ({size} tokens); fix: a number of active terms <= {size}")
 
 

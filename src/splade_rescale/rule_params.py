@@ -31,10 +31,10 @@ VERDICT_KEYS = ("collapse_min_nnz", "collapse_near_empty_q", "collapse_near_empt
 # A backbone's keys that do not change its checkpoint: how many GPUs train it, and a length limit
 # that only the config check reads.
 BACKBONE_NOT_FETCHED = ("train_gpus", "max_length")
-# A reference model's figures and encoding lengths: they do not change the checkpoint fetched.
-REFERENCE_NOT_FETCHED = ("published", "encoding")
+# A published model's figures and encoding lengths: they do not change the checkpoint fetched.
+PUBLISHED_NOT_FETCHED = ("published", "encoding")
 # What tables and figures read of the config (splade_rescale.report); runtime sections stay out.
-REPORT_SECTIONS = ("experiment", "backbones", "variants", "reference_backbone", "reference_models", "bm25",
+REPORT_SECTIONS = ("experiment", "backbones", "variants", "reference_backbone", "published_models", "bm25",
                    "datasets")
 FIGURE_SECTIONS = ("experiment", "backbones", "variants", "reference_backbone", "datasets")
 # The encoding keys corpus vectors and query vectors depend on (lengths come per corpus / query set).
@@ -47,9 +47,9 @@ def backbone_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k not in BACKBONE_NOT_FETCHED}
 
 
-def reference_model_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """A reference model's entry as its fetch depends on it."""
-    return {k: v for k, v in spec.items() if k not in REFERENCE_NOT_FETCHED}
+def published_model_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A published model's entry as its fetch depends on it."""
+    return {k: v for k, v in spec.items() if k not in PUBLISHED_NOT_FETCHED}
 
 
 def training_data(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,8 +73,8 @@ def verdict_floors(recipe: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def model_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """The encoding section, with a reference model's own lengths over it."""
-    own = (config.get("reference_models") or {}).get(model, {}).get("encoding", {})
+    """The encoding section, with a published model's own lengths over it."""
+    own = (config.get("published_models") or {}).get(model, {}).get("encoding", {})
     return {**config["encoding"], **own}
 
 
@@ -118,14 +118,14 @@ def search_spec(config: Mapping[str, Any], model: str | None, dataset: str) -> d
 
 def model_query_encoding(config: Mapping[str, Any], model: str) -> dict[str, Any]:
     """What a model's query vectors depend on besides each dataset's settings: the query encoding, and a
-    reference model's own query lengths over the dataset's (:func:`dataset_search`)."""
-    own = (config.get("reference_models") or {}).get(model, {}).get("encoding", {})
+    published model's own query lengths over the dataset's (:func:`dataset_search`)."""
+    own = (config.get("published_models") or {}).get(model, {}).get("encoding", {})
     return {**query_encoding(config, model), "own_lengths": {k: v for k, v in own.items() if "query" in k}}
 
 
 def dataset_queries(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
     """What a dataset's query vectors depend on besides the model: its query part, its judged
-    queries' digest and its query length (the encoding section's; a reference model's own lengths are
+    queries' digest and its query length (the encoding section's; a published model's own lengths are
     in :func:`model_query_encoding`)."""
     spec = config["datasets"][dataset]
     return {"spec": query_spec(spec), "max_length": query_max_length(config["encoding"], spec),

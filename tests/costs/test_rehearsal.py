@@ -16,14 +16,14 @@ from support.workflow import job_counts, snakemake
 
 def test_rehearsal_dry_run_has_the_paper_structure():
     """Corpus work once per corpus (dev/DL19/DL20 share one), every rule of the paper run except the
-    reference model (a published checkpoint needs the Hub) and the preparation of ir_datasets
+    published model (its checkpoint needs the Hub) and the preparation of ir_datasets
     queries and training data (the rehearsal's are local files), plus BM25 negative mining for SciFact."""
     rehearsal = snakemake("all", "-n", "--forceall", "--cores", "2", "--configfile", "config/rehearsal.yaml")
     paper = snakemake("all", "-n", "--forceall", "--cores", "8", "--quiet", "rules")
     assert rehearsal.returncode == 0 and paper.returncode == 0, rehearsal.stderr[-2000:] + paper.stderr[-2000:]
     counts, paper_counts = job_counts(rehearsal.stdout), job_counts(paper.stdout)
     ir_datasets_only = {"prepare_queries", "prepare_training_source", "prepare_training_data"}
-    assert set(counts) == set(paper_counts) - {"fetch_reference_model"} - ir_datasets_only | {"mine_negatives"}
+    assert set(counts) == set(paper_counts) - {"fetch_published_model"} - ir_datasets_only | {"mine_negatives"}
     models, corpora, datasets = 3 * 2, 3, 5
     for rule in ("encode_corpus", "impact_index"):
         assert counts[rule] == models * corpora, rule

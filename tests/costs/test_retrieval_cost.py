@@ -52,7 +52,7 @@ def test_fit_keeps_coefficients_non_negative() -> None:
     assert min(got["fixed_s"], got["per_term_s"], got["per_posting_s"]) >= 0
 
 
-def test_calibrate_range_is_the_worst_query_set_error_when_the_groups_fit_exactly() -> None:
+def test_fit_search_cost_range_is_the_worst_query_set_error_when_the_groups_fit_exactly() -> None:
     """Noise-free groups: the fit, and the fit without the largest index, reproduce them exactly, so
     the range comes from the query sets alone, which are timed at chosen multiples of the law."""
     truth = {"fixed_s": 0.004, "per_term_s": 3e-5, "per_posting_s": 2e-7, "gamma": 0.8}
@@ -67,7 +67,7 @@ def test_calibrate_range_is_the_worst_query_set_error_when_the_groups_fit_exactl
              query_set("short", 1e6, 3.0, 64, 1 / 1.1),   # 10% faster
              query_set("short", 1e6, 0.5, 16, 1.0),
              query_set("long", 2e5, 20.0, 256, 1.0)]
-    model = retrieval_cost.calibrate(groups, kinds)
+    model = retrieval_cost.fit_search_cost(groups, kinds)
     assert model["gamma"] == 0.8
     for key in ("fixed_s", "per_term_s", "per_posting_s"):
         assert model[key] == pytest.approx(truth[key], rel=1e-9), key
@@ -79,15 +79,15 @@ def test_calibrate_range_is_the_worst_query_set_error_when_the_groups_fit_exactl
     # long 20 / (256 x 160) = 4.8828125e-4
     assert model["overlap"] == {"short": pytest.approx(2.34375e-4, rel=1e-12),
                                 "long": pytest.approx(4.8828125e-4, rel=1e-12)}
-    assert model["calibrated_docs"] == [3e4, 1e6]
+    assert model["fitted_docs"] == [3e4, 1e6]
 
 
-def test_calibrated_range_holds_every_timed_point() -> None:
+def test_fitted_range_holds_every_timed_point() -> None:
     """On noisy timings, :func:`predict`'s band around each group's prediction holds its measurement
     (up to the range factor's rounding to 3 decimals, at most 5e-4 relative)."""
     truth = {"fixed_s": 0.004, "per_term_s": 3e-5, "per_posting_s": 2e-7, "gamma": 0.8}
     groups = _points(truth, noise=0.1, seed=1)
-    model = retrieval_cost.calibrate(groups, groups)
+    model = retrieval_cost.fit_search_cost(groups, groups)
     assert set(model["range_log_errors"]) == {"groups", "query_sets", "extrapolation"}
     assert 1.0 < model["range_factor"] < 1.5  # 10% noise: a few tenths in log, not a free pass
     for g in groups:

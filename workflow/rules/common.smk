@@ -65,7 +65,7 @@ for _section in ("backbones", "variants", "datasets"):
     config[_section] = ConfigSection(_section, config[_section])
 
 BACKBONES = list(config["backbones"])
-REFERENCE_MODELS = list(config["reference_models"])  # published checkpoints: no norms, rescaling, training
+PUBLISHED_MODELS = list(config["published_models"])  # published checkpoints: no norms, rescaling, training
 VARIANTS = list(config["variants"])
 DATASETS = list(config["datasets"])
 REFERENCE = config["reference_backbone"]
@@ -98,7 +98,7 @@ def prepared_corpus(corpus):
 
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
-    ref="|".join(map(re.escape, REFERENCE_MODELS)) or "(?!)",
+    published="|".join(map(re.escape, PUBLISHED_MODELS)) or "(?!)",
     variant=RUN_PATTERN,  # rescale and norms_variant: VARIANT_PATTERN (no seed folder)
     dataset="[A-Za-z0-9_.-]+",
     corpus="[A-Za-z0-9_.-]+",
@@ -174,7 +174,7 @@ if CORES and workflow.local_exec and not workflow.remote_exec and gpu_count():
     LOCAL_GPUS = int(_resource("gpu") or 0)
 THREADS = local_threads(config, CORES or 0, LOCAL_GPUS)
 # Smaller models' train and encode jobs first, all above the CPU jobs (gpu_job_priorities).
-GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["reference_models"]})
+GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["published_models"]})
 if LOCAL_GPUS:
     logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS}); threads on {CORES} cores: "
                 f"train {THREADS['train']}, encode {THREADS['encode']}, index and search {THREADS['lucene']}")
@@ -203,15 +203,15 @@ def backbone_targets(backbone):
     )
 
 
-def reference_metrics():
-    return [res(f"metrics/{r}/reference/{d}.json") for r in REFERENCE_MODELS for d in DATASETS]
+def published_metrics():
+    return [res(f"metrics/{m}/published/{d}.json") for m in PUBLISHED_MODELS for d in DATASETS]
 
 
 def all_targets():
     return (
         [res("tables/norms.md")]
         + [res(f"summary/{b}.json") for b in BACKBONES]
-        + reference_metrics()
+        + published_metrics()
         + [res(f"metrics/bm25/{d}.json") for d in DATASETS]
         + TABLE_TARGETS
     )
@@ -227,7 +227,7 @@ def judged_manifest(w):
     record, by the same judgement the rule makes.
     """
     path = res(f"models/{w.backbone}/{w.variant}/manifest.json")
-    if w.backbone in REFERENCE_MODELS:
+    if w.backbone in PUBLISHED_MODELS:
         return path
     folder = Path(path).parent
     record, series = folder / "training.json", folder / "sparsity.csv"
@@ -244,20 +244,20 @@ def judged_manifest(w):
 
 def shift_from_reference(spec):
     """A variant whose init is fitted to the reference backbone's active terms on the probe passages:
-    a vocab_transfer calibrated to them, a logit_shift with shift: reference."""
-    return ((spec["policy"] == "vocab_transfer" and (spec.get("calibrate") or {}).get("target_nnz") == "reference")
+    a vocab_transfer with target_nnz: reference, a logit_shift with shift: reference."""
+    return ((spec["policy"] == "vocab_transfer" and spec.get("target_nnz") == "reference")
             or (spec["policy"] == "logit_shift" and spec["shift"] == "reference"))
 
 
 def rescale_norm_inputs(w):
     """match_reference needs both head norms; a variant fitted to the reference's active terms, the
-    reference backbone's norms and the probe; a calibrated vocab_transfer, the probe; a constant none."""
+    reference backbone's norms and the probe; a vocab_transfer with a target_nnz, the probe; a constant none."""
     spec = config["variants"][w.variant]
     if spec["policy"] == "logit_shift":
         return ({"probe": [config["probe"]["queries"], config["probe"]["passages"]],
                  "ref": res(f"norms/{config['reference_backbone']}.json")} if shift_from_reference(spec) else {})
     if spec["policy"] == "vocab_transfer":
-        inputs = {"probe": [config["probe"]["queries"], config["probe"]["passages"]]} if "calibrate" in spec else {}
+        inputs = {"probe": [config["probe"]["queries"], config["probe"]["passages"]]} if "target_nnz" in spec else {}
         if shift_from_reference(spec):
             inputs["ref"] = res(f"norms/{config['reference_backbone']}.json")
         return inputs
@@ -275,10 +275,10 @@ def rescale_options(w, input):
 
 
 def rescale_probe(w):
-    """The probe section where a variant's init is fitted on it (a calibrated vocab_transfer, a shift
+    """The probe section where a variant's init is fitted on it (a vocab_transfer's bias shift, a shift
     from the reference), else none."""
     spec = config["variants"][w.variant]
-    fitted = (spec["policy"] == "vocab_transfer" and "calibrate" in spec) or shift_from_reference(spec)
+    fitted = (spec["policy"] == "vocab_transfer" and "target_nnz" in spec) or shift_from_reference(spec)
     return as_json(config["probe"]) if fitted else ""
 
 
@@ -308,7 +308,7 @@ def evaluation_files(w):
     return dataset_files(config["datasets"][w.dataset], "queries", "qrels")
 
 
-SETTINGS = ConfigSection("settings records", settings_records(config, BACKBONES + REFERENCE_MODELS))
+SETTINGS = ConfigSection("settings records", settings_records(config, BACKBONES + PUBLISHED_MODELS))
 
 
 def settings(*names):

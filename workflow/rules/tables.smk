@@ -34,7 +34,7 @@ rule tables:
     input:
         summaries=expand(res("summary/{backbone}.json"), backbone=BACKBONES),
         bm25=expand(res("metrics/bm25/{dataset}.json"), dataset=DATASETS),
-        references=reference_metrics(),
+        published=published_metrics(),
         norms=res("tables/norms.csv"),
     output:
         # HTML tables go into `snakemake --report`, with workflow/report/tables_{name}.rst as caption
@@ -55,7 +55,7 @@ rule tables:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale tables --config {params.config:q} --summaries {input.summaries} "
-        "--bm25 {input.bm25} --references {input.references} --norms-csv {input.norms} "
+        "--bm25 {input.bm25} --published {input.published} --norms-csv {input.norms} "
         "--out-dir {params.out_dir} > {log} 2>&1"
 
 

@@ -20,9 +20,9 @@ rule mine_negatives:
         "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
 
 
-# results/{experiment}/models/{name}/reference/ of a reference model matches the training paths too.
-ruleorder: fetch_reference_model > judge_training
-ruleorder: fetch_reference_model > train
+# results/{experiment}/models/{name}/published/ of a published model matches the training paths too.
+ruleorder: fetch_published_model > judge_training
+ruleorder: fetch_published_model > train
 
 
 rule train:

@@ -1,2 +1,2 @@
 """Where backbones come from (the Hub, a folder, a package, or a config: random init), configured
-tokenizers, and the published reference checkpoints."""
+tokenizers, and the published SPLADE checkpoints (published_models)."""

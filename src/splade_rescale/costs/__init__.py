@@ -1,3 +1,3 @@
 """The cost model: the plan of a run before it starts (plan, from inputs, sizes and model_shapes;
-printed by plan_report), its calibration on a measured run, the job schedule and Lucene's search
-cost."""
+printed by plan_report), its per-unit figures fitted to a measured run (fit_throughputs), the job
+schedule and Lucene's search cost."""

@@ -13,7 +13,7 @@ from splade_rescale.config import ConfigError, validate_config
 
 REPO = Path(__file__).resolve().parents[3]
 THROUGHPUTS_PATH = REPO / "config" / "throughputs.json"
-THROUGHPUTS_CPU_PATH = REPO / "config" / "throughputs-cpu.json"  # + a `cpu` section (calibrate)
+THROUGHPUTS_CPU_PATH = REPO / "config" / "throughputs-cpu.json"  # + a `cpu` section (fit-throughputs)
 
 
 class PlanError(ValueError):
@@ -44,5 +44,5 @@ def load_plan_config(path: str | Path) -> dict[str, Any]:
     except ConfigError as exc:
         raise PlanError(f"{path}: {exc}") from None
     validate(config, str(SCHEMA_PATH))
-    config.setdefault("reference_models", {})
+    config.setdefault("published_models", {})
     return config

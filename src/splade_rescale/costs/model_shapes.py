@@ -1,5 +1,5 @@
 """A model's size without its weights (architecture, parameters, layers, hidden, vocabulary) and
-the token work of one training query, which the plan scales the reference GPU figures by."""
+the token work of one training query, which the plan scales the measured GPU figures by."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from splade_rescale.costs.sizes import Histogram, expected_longest
 
 @dataclasses.dataclass(frozen=True)
 class ModelShape:
-    architecture: str  # bert | modernbert: which GPU reference figures apply
+    architecture: str  # bert | modernbert: which measured GPU figures apply
     parameters: int
     layers: int
     hidden: int
@@ -63,7 +63,7 @@ def shape_of_config(config: Any) -> ModelShape:
 
 
 def model_shape(name: str, spec: Mapping[str, Any], throughputs: Mapping[str, Any], root: Path) -> ModelShape:
-    """Architecture and size of a backbone or reference model, without downloading weights."""
+    """Architecture and size of a backbone or published model, without downloading weights."""
     own = (throughputs.get("models") or {}).get(name) or (throughputs.get("models") or {}).get(spec.get("repo_id"))
     if own:
         return ModelShape(**own)

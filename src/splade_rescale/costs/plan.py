@@ -3,7 +3,7 @@
 ``splade-rescale plan --configfile config/config.yaml`` multiplies three things:
 
 * the jobs Snakemake plans for the config, counted with the functions the workflow uses
-  (:func:`splade_rescale.data.corpora.corpora`, backbones x variants + reference models;
+  (:func:`splade_rescale.data.corpora.corpora`, backbones x variants + published models;
   ``tests/costs/test_plan.py`` checks the counts against a dry run);
 * the sizes of its datasets (:mod:`splade_rescale.costs.sizes`): the published collections'
   table with its sources, and local collections (``beir_local``, ``trec_local``, ``subset:``)
@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from splade_rescale.backbones.published import PUBLISHED_RUN
 from splade_rescale.config import query_max_length
 from splade_rescale.costs.inputs import (
     REPO,
@@ -46,9 +47,9 @@ GIB = 1024 ** 3
 
 def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(name, run) of every model that is encoded, indexed and evaluated: one per training seed
-    of each backbone x variant (the run is the variant's name for one seed), then the reference models."""
+    of each backbone x variant (the run is the variant's name for one seed), then the published models."""
     return ([(b, run) for b in config["backbones"] for v in config["variants"] for run in seed_runs(config, b, v)]
-            + [(r, "reference") for r in config.get("reference_models") or {}])
+            + [(m, PUBLISHED_RUN) for m in config.get("published_models") or {}])
 
 
 def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
@@ -59,7 +60,7 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     _, corpus_specs = corpora(config["datasets"])
     n_back, n_var = len(config["backbones"]), len(config["variants"])
     n_models, n_corpora, n_datasets = len(models(config)), len(corpus_specs), len(config["datasets"])
-    n_runs = sum(run != "reference" for _, run in models(config))
+    n_runs = sum(run != PUBLISHED_RUN for _, run in models(config))
     data = config["training"]["data"]
     jobs = {
         "fetch_backbone": n_back, "norms_backbone": n_back, "backbone_summary": n_back,
@@ -68,7 +69,7 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
         # settings records (workflow/rules/settings.smk): per model name its corpus and query encoding,
         # per dataset its queries, search and evaluation
         "settings": 2 * len({name for name, _ in models(config)}) + 3 * n_datasets,
-        "fetch_reference_model": len(config.get("reference_models") or {}),
+        "fetch_published_model": len(config.get("published_models") or {}),
         "mine_negatives": int(data["source"] == "beir_local" and data.get("negatives") == "bm25"),
         "encode_corpus": n_models * n_corpora, "impact_index": n_models * n_corpora,
         "encode_queries": n_models, "impact_retrieve": n_models * n_datasets,
@@ -83,7 +84,7 @@ def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
     jobs["prepare_queries"] = sum(spec["source"] == "ir_datasets" for spec in config["datasets"].values())
     jobs["prepare_training_source"] = int(data["source"] == "ir_datasets")
     jobs["prepare_training_data"] = len({stream_name(run_stream(resolve_recipe(config, b, run)))
-                                         for b, run in models(config) if run != "reference"}
+                                         for b, run in models(config) if run != PUBLISHED_RUN}
                                         ) if data["source"] in ("ir_datasets", "tsv_triples") else 0
     jobs = {rule: n for rule, n in jobs.items() if n}
     jobs["total"] = sum(jobs.values())
@@ -160,13 +161,13 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
 
     rates_used: set[str] = set()
 
-    def encode_rate(ref: Mapping[str, Any], speed: float, tokens_per_text: float) -> float:
+    def encode_rate(measured: Mapping[str, Any], speed: float, tokens_per_text: float) -> float:
         """Texts per second: the measured end-to-end rate, else the forward rate capped by the host's."""
-        scale = speed * ref["encode_tokens_per_doc"] / tokens_per_text
-        if ref.get("encode_e2e_docs_per_s"):
+        scale = speed * measured["encode_tokens_per_doc"] / tokens_per_text
+        if measured.get("encode_e2e_docs_per_s"):
             rates_used.add("end-to-end (gpu.architectures.*.encode_e2e_docs_per_s)")
-            return float(ref["encode_e2e_docs_per_s"]) * scale
-        forward = float(ref["encode_docs_per_s"]) * scale
+            return float(measured["encode_e2e_docs_per_s"]) * scale
+        forward = float(measured["encode_docs_per_s"]) * scale
         if not host_dps:
             rates_used.add("forward-only (encode_docs_per_s)")
             return forward
@@ -175,25 +176,26 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
 
     costs: list[ModelCost] = []
     for name, variant in models(config):
-        is_ref = variant == "reference"
-        spec = (config["reference_models"] if is_ref else config["backbones"])[name]
+        published = variant == PUBLISHED_RUN
+        spec = (config["published_models"] if published else config["backbones"])[name]
         shape = model_shape(name, spec, throughputs, root)
-        ref = _arch(throughputs, shape)
-        speed = ref["parameters"] / shape.parameters  # throughput scales inversely with parameters
+        measured = _arch(throughputs, shape)
+        speed = measured["parameters"] / shape.parameters  # throughput scales inversely with parameters
         encoding = {**config["encoding"], **(spec.get("encoding") or {})}
         cost = ModelCost(name, variant, shape)
-        if not is_ref:
+        if not published:
             recipe = resolve_recipe(config, name, variant)
-            shaped = all(k in ref for k in ("train_query_tokens", "train_doc_tokens", "train_docs_per_query",
-                                            "layers", "hidden"))
+            shaped = all(k in measured for k in ("train_query_tokens", "train_doc_tokens", "train_docs_per_query",
+                                                 "layers", "hidden"))
             work = train_work_per_query(shape, recipe, *train_hists, max(1, int(spec.get("train_gpus", 1))), shaped)
-            if shaped:  # the reference step's own lengths, attention included
-                a_ref = 2 * ref["layers"] * ref["hidden"] / ref["parameters"]
-                ref_work = (token_cost(ref["train_query_tokens"], 1, a_ref)
-                            + token_cost(ref["train_doc_tokens"], ref["train_docs_per_query"], a_ref))
+            if shaped:  # the measured step's own lengths, attention included
+                a_measured = 2 * measured["layers"] * measured["hidden"] / measured["parameters"]
+                measured_work = (token_cost(measured["train_query_tokens"], 1, a_measured)
+                                 + token_cost(measured["train_doc_tokens"], measured["train_docs_per_query"],
+                                              a_measured))
             else:
-                ref_work = float(ref["train_tokens_per_query"])
-            qps = ref["train_queries_per_s"] * speed * ref_work / work
+                measured_work = float(measured["train_tokens_per_query"])
+            qps = measured["train_queries_per_s"] * speed * measured_work / work
             cost.train_gpu_h = recipe["steps"] * recipe["batch_size"] / qps / 3600
             base = split_run(variant)[0]
             shares_init = seed_runs(config, name, base)[0] != variant  # a variant's seeds share one init/
@@ -202,7 +204,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         else:
             cost.model_bytes = 4 * shape.parameters
         for corpus, size in corpus_sizes.items():
-            dps = encode_rate(ref, speed, tokens(size.words, tpw, encoding["doc_max_length"]))
+            dps = encode_rate(measured, speed, tokens(size.words, tpw, encoding["doc_max_length"]))
             cost.encode_corpus_h[corpus] = size.count / dps / 3600 + startup_h
             cost.encode_gpu_h += cost.encode_corpus_h[corpus]
             cost.index_core_h[corpus] = size.count / float(lucene["impact_index_docs_per_s_per_thread"]) / 3600
@@ -211,7 +213,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
             cost.index_bytes += size.count * float(disk["impact_index_bytes_per_doc"])
         for dataset, size in query_sizes.items():
             q_len = query_max_length(encoding, config["datasets"][dataset])
-            cost.query_gpu_h += size.count / encode_rate(ref, speed, tokens(size.words, tpw, q_len)) / 3600
+            cost.query_gpu_h += size.count / encode_rate(measured, speed, tokens(size.words, tpw, q_len)) / 3600
             corpus = of_dataset[dataset]
             central, low, high = search_seconds("impact", corpus, tokens(size.words, tpw, q_len),
                                                 encoding.get("max_active_dims"))
@@ -240,7 +242,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         "run_bytes": sum(s.count * k * float(disk["run_bytes_per_hit"]) for s in query_sizes.values()),
     }
     backbone_bytes = sum(4 * parameters for parameters in
-                         {c.name: c.shape.parameters for c in costs if c.variant != "reference"}.values())
+                         {c.name: c.shape.parameters for c in costs if c.variant != PUBLISHED_RUN}.values())
     final = (sum(c.index_bytes + c.model_bytes + c.other_bytes for c in costs) + bm25["index_bytes"]
              + bm25["run_bytes"] + backbone_bytes)
     largest_corpus = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
@@ -298,7 +300,7 @@ def peak_ram(config: Mapping[str, Any], costs: list[ModelCost], corpus_sizes: Ma
         out["encode_corpus"]["gpu"] = max(out["encode_corpus"]["gpu"], enc_gpu / GIB)
         host = (floor + 4 * s.parameters + 90 * biggest) / GIB
         out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"], host)
-        if c.variant == "reference":
+        if c.variant == PUBLISHED_RUN:
             continue
         r = resolve_recipe(config, c.name, c.variant)
         step_tokens = r["batch_size"] * (r["query_max_length"] + (1 + r["negatives_per_query"]) * r["doc_max_length"])

@@ -82,14 +82,14 @@ def render_markdown(plan: Mapping[str, Any], configfile: str, throughputs_file: 
 
 
 ASSUMPTIONS = (
-    "GPU throughputs are the throughputs file's reference figures (default: sentence-transformers "
-    "SparseEncoder's forward on an H200, bf16; ours not measured yet). Encoding uses a measured end-to-end "
-    "rate (texts in, shards on disk) where the file gives one, else the forward rate capped at the host "
-    "side's rate (benchmarks/bench_encode.py --stub); each GPU job adds gpu.job_startup_s. Figures are "
-    "scaled to a model by reference parameters / "
-    "parameters (with a tied decoder, forward FLOPs per token are about 2 x parameters) and to a text by "
-    "reference tokens / tokens; training adds attention's quadratic term (2 x layers x hidden x tokens per "
-    "token, against 2 x parameters). GPU costs are given as central / gpu.range_factor … central x "
+    "GPU throughputs are the throughputs file's figures per architecture, each measured on one model shape "
+    "(default: sentence-transformers SparseEncoder's forward on an H200, bf16; ours not measured yet). "
+    "Encoding uses a measured end-to-end rate (texts in, shards on disk) where the file gives one, else the "
+    "forward rate capped at the host side's rate (benchmarks/bench_encode.py --stub); each GPU job adds "
+    "gpu.job_startup_s. Figures are scaled to a model by the measured shape's parameters / parameters (with a "
+    "tied decoder, forward FLOPs per token are about 2 x parameters) and to a text by the measured tokens / "
+    "tokens; training adds attention's quadratic term (2 x layers x hidden x tokens per token, against "
+    "2 x parameters). GPU costs are given as central / gpu.range_factor … central x "
     "gpu.range_factor (gpu.range_note).",
     "Text tokens = 2 + words x tokens_per_word (measured 1.37 for BERT WordPiece on MS MARCO passages), cut at "
     "the configured maximum; encoding sorts by length, so little padding. Training pads each micro-batch "
@@ -105,8 +105,8 @@ ASSUMPTIONS = (
     "query term + per posting touched ** gamma, the postings from the corpus size and the model's densities; "
     f"queries over {LONG_QUERY_TOKENS} tokens count as long (BEIR ArguAna-like). BM25 searches: the same "
     "model with query words as terms and document words as non-zeros (BM25 not measured at scale). "
-    "The range is the model's "
-    "range_factor (its largest error on the calibration, including extrapolation to the largest index).",
+    "The range is the model's range_factor (its largest error on the timings it was fitted to, including "
+    "extrapolation to the largest index).",
     "Disk: gzipped JsonVectorCollection shards are temp() (deleted once the corpus's impact index exists): "
     "peak = final + the shards awaiting indexing; final = impact and BM25 indexes, models (init + final + "
     "kept checkpoints with AdamW state at 12 B/parameter), backbones, query vectors and runs. The Hugging "

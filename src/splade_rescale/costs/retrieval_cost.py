@@ -12,14 +12,14 @@ cost model is
 it is at k = 10 for the same queries (Anserini's hit objects and their trip to Python through
 pyjnius; docs/measurements.md). ``per_term_s``: each term's Java map entry and Lucene scorer. The posting
 term may be sublinear (``gamma`` < 1) where Lucene's dynamic pruning (MaxScore once 1,000 hits are
-collected) skips more of longer posting lists; the fit says how much (0.84 on the shipped
-calibration: SPLADE's weights leave little to skip). The coefficients are fitted (:func:`fit`) to
+collected) skips more of longer posting lists; the fit says how much (0.84 in the shipped
+fit: SPLADE's weights leave little to skip). The coefficients are fitted (:func:`fit`) to
 searches timed by benchmarks/bench_retrieval_cost.py on real Lucene indexes; config/throughputs.json
 ``lucene.impact_search_cost`` ships them.
 
 Before a run the plan knows the corpus size and the kind of query, rarely the model's
 densities: :func:`predict` then takes the postings per query per document as ``overlap[kind] *
-query_nnz * doc_nnz`` (``overlap`` measured in the calibration). A finished encode knows better:
+query_nnz * doc_nnz`` (``overlap`` measured with the fit). A finished encode knows better:
 :func:`postings_per_doc` computes the exact figure from the encode stats' document frequencies.
 """
 
@@ -87,7 +87,7 @@ def max_log_error(coefficients: Mapping[str, float], points: Iterable[Mapping[st
     return float(np.max(np.abs(np.log(np.array([pt["seconds"] for pt in pts]) / predicted))))
 
 
-def calibrate(groups: Sequence[Mapping], kinds: Sequence[Mapping]) -> dict:
+def fit_search_cost(groups: Sequence[Mapping], kinds: Sequence[Mapping]) -> dict:
     """The shipped model: :func:`fit` on ``groups`` and a range that covers every error seen.
 
     ``groups``: timed query groups, each with ``n_docs``, ``kind``, ``doc_nnz`` and the fields
@@ -112,7 +112,7 @@ def calibrate(groups: Sequence[Mapping], kinds: Sequence[Mapping]) -> dict:
         overlap[kind] = float(np.median(ratios))
     return {**model, "range_factor": round(math.exp(max(errors.values())), 3),
             "range_log_errors": {k: round(v, 4) for k, v in errors.items()}, "overlap": overlap,
-            "calibrated_docs": [min(g["n_docs"] for g in groups), largest]}
+            "fitted_docs": [min(g["n_docs"] for g in groups), largest]}
 
 
 def predict(coefficients: Mapping, n_docs: float, kind: str = "short", *, query_nnz: float | None = None,

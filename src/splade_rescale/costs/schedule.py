@@ -165,7 +165,7 @@ def schedule_config(configfile: str | Path, throughputs_file: str | Path | None,
                     root: str | Path = ".") -> tuple[dict[str, Any], str]:
     """``plan --cores N`` for a GPU config: the schedule and its Markdown, the jobs' threads as the
     workflow gives them on that machine (config.local_threads)."""
-    from splade_rescale.costs.calibrate import dry_run_jobs  # calibrate imports this module
+    from splade_rescale.costs.fit_throughputs import dry_run_jobs  # fit_throughputs imports this module
 
     config = load_plan_config(configfile)
     throughputs = load_throughputs(throughputs_file)

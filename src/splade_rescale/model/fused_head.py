@@ -35,7 +35,7 @@ def naive_splade_pool(
     attention_mask: Tensor | None,
     shift: float = 0.0,
 ) -> Tensor:
-    """Reference SPLADE pooling; materialises the full B x L x V logits.
+    """Plain SPLADE pooling, the one the fused head is checked against; materialises the full B x L x V logits.
 
     ``F.linear`` (not ``hidden @ weight.T + bias``) so that under autocast the bias
     is added in the low-precision dtype, exactly like an ``nn.Linear`` decoder.

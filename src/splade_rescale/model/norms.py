@@ -132,11 +132,11 @@ TABLE_COLUMNS = [
     ("queries.max_logit", "q max logit"), ("queries.mean_nonzeros", "q nnz"),
     ("queries.mean_max_weight", "q max w"), ("passages.mean_nonzeros", "p nnz"),
     ("passages.mean_max_weight", "p max w"),
-    # vocab_transfer variants: the probe passages' active terms before the decoder bias was calibrated
-    ("vocab_transfer.calibration.passages_nnz_before", "p nnz before calibration"),
+    # vocab_transfer variants: the probe passages' active terms before the decoder bias was shifted
+    ("vocab_transfer.bias_shift.passages_nnz_before", "p nnz before bias shift"),
 ]
 # shown only when a row has a value (a shift of 0 is none)
-OPTIONAL_COLUMNS = {"p nnz before calibration", "logit shift"}
+OPTIONAL_COLUMNS = {"p nnz before bias shift", "logit shift"}
 
 
 def _lookup(stats: dict[str, Any], dotted: str) -> Any:

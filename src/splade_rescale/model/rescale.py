@@ -90,7 +90,7 @@ def _logit_shift(model, tokenizer, name: str, variant: dict[str, Any], reference
     """The variant's activation shift s: the configured number, or for ``reference`` the s at which the
     probe passages' mean active terms equal the reference backbone's (vocabulary transfer's bisection)."""
     from splade_rescale.model.norms import read_probe_texts
-    from splade_rescale.model.vocab_transfer import calibration_shift, mean_active, passage_max_logits
+    from splade_rescale.model.vocab_transfer import mean_active, passage_max_logits, shift_for_target
 
     if variant["shift"] != "reference":
         return {"shift": float(variant["shift"]), "shift_as_configured": variant["shift"]}
@@ -100,7 +100,7 @@ def _logit_shift(model, tokenizer, name: str, variant: dict[str, Any], reference
     target = float(reference_norms["passages"]["mean_nonzeros"])
     max_logits = passage_max_logits(model, tokenizer, read_probe_texts(probe["passages"]),
                                     probe.get("passage_max_length", 128))
-    shift = 0.0 - calibration_shift(max_logits, target)  # not -0.0 where no shift is needed
+    shift = 0.0 - shift_for_target(max_logits, target)  # not -0.0 where no shift is needed
     return {"shift": shift, "shift_as_configured": "reference", "target_nnz": target,
             "target_from": "the reference backbone's probe passages", "passages": int(max_logits.shape[0]),
             "passages_nnz_unshifted": mean_active(max_logits), "passages_nnz_shifted": mean_active(max_logits, -shift)}
@@ -108,25 +108,25 @@ def _logit_shift(model, tokenizer, name: str, variant: dict[str, Any], reference
 
 def _transfer(model, tokenizer, name: str, variant: dict[str, Any], reference_norms: dict[str, Any] | None,
               probe: dict[str, Any] | None):
-    """The backbone over the variant's vocabulary, calibrated if asked: (model, tokenizer, record)."""
+    """The backbone over the variant's vocabulary, its bias shifted if asked: (model, tokenizer, record)."""
     from splade_rescale.backbones.tokenizers import load_tokenizer
     from splade_rescale.model.norms import read_probe_texts
-    from splade_rescale.model.vocab_transfer import calibrate, resolve_target_nnz, transfer_vocabulary
+    from splade_rescale.model.vocab_transfer import fit_bias_shift, resolve_target_nnz, transfer_vocabulary
 
     target = load_tokenizer(variant["tokenizer"], f"variants.{name}.tokenizer")
     target_nnz = resolve_target_nnz(variant, reference_norms)
     model, record = transfer_vocabulary(model, tokenizer, target, needs_bias=target_nnz is not None)
     record["tokenizer"] = dict(variant["tokenizer"])
-    record["calibration"] = None
+    record["bias_shift"] = None
     if target_nnz is not None:
         if probe is None:
-            raise ValueError(f"variants.{name}.calibrate needs the probe passages (--probe)")
+            raise ValueError(f"variants.{name}.target_nnz needs the probe passages (--probe)")
         if target_nnz > len(target):
-            raise ValueError(f"variants.{name}.calibrate.target_nnz = {target_nnz:g} exceeds the vocabulary "
+            raise ValueError(f"variants.{name}.target_nnz = {target_nnz:g} exceeds the vocabulary "
                              f"({len(target)} tokens); fix: a number of active terms <= {len(target)}")
         passages = read_probe_texts(probe["passages"])
-        record["calibration"] = {
-            **calibrate(model, target, passages, probe.get("passage_max_length", 128), target_nnz),
+        record["bias_shift"] = {
+            **fit_bias_shift(model, target, passages, probe.get("passage_max_length", 128), target_nnz),
             "target_from": ("the reference backbone's probe passages"
-                            if variant["calibrate"]["target_nnz"] == "reference" else "the config")}
+                            if variant["target_nnz"] == "reference" else "the config")}
     return model, target, record

@@ -16,15 +16,15 @@ This is our reading of that fix, so that both explanations run in one DAG on the
   count goes in the record. The paper's "semantic initialisation via spatial topology" is not
   available to us.
 * **Decoder bias.** A head with a bias transfers it like a row (the mean over the pieces). A
-  head without one (a ModernBERT config with ``decoder_bias: false``) gets a zero bias when it
-  is calibrated, since calibration needs a bias to move, and none otherwise.
-* **Calibration (``calibrate: {target_nnz}``)** is our operational form of the paper's
-  "activation potential calibration": one constant is added to every decoder bias entry so
-  that, at initialisation, the probe passages' mean number of active terms (log(1+ReLU) > 0
-  after max pooling) equals ``target_nnz``. Per passage, pooling commutes with the shift, so
-  the shift is found by bisection on the passages' max logits computed once.
+  head without one (a ModernBERT config with ``decoder_bias: false``) gets a zero bias when the
+  variant sets ``target_nnz``, since the bias shift needs a bias to move, and none otherwise.
+* **Bias shift (``target_nnz``)** is our operational form of the paper's adjustment of the
+  activation potential: one constant is added to every decoder bias entry so that, at initialisation,
+  the probe passages' mean number of active terms (log(1+ReLU) > 0 after max pooling) equals
+  ``target_nnz``. Per passage, pooling commutes with the shift, so the shift is found by
+  bisection on the passages' max logits computed once.
 * ``factor`` is applied last, as for a constant variant; a positive factor scales logits and
-  leaves the active terms, hence the calibration, unchanged.
+  leaves the active terms, hence the bias shift, unchanged.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def transfer_vocabulary(model: PreTrainedModel, source: PreTrainedTokenizerBase,
         "special_tokens": {target.convert_ids_to_tokens(t): source.convert_ids_to_tokens(s)
                            for t, s in special.items()},
         "decoder_bias": ("mean of the pieces' source biases" if had_bias else
-                         "zero (the source head has none; added for calibration)" if needs_bias else "none"),
+                         "zero (the source head has none; added for the bias shift)" if needs_bias else "none"),
         "tied": mlm_head(new_model).is_tied(),
     }
     log.info("vocabulary %d -> %d tokens, %d without source pieces", len(source), len(target), len(unmatched))
@@ -195,10 +195,10 @@ def mean_active(max_logits: torch.Tensor, shift: float = 0.0) -> float:
     return float((max_logits + shift > 0).sum(dim=1).float().mean())
 
 
-def calibration_shift(max_logits: torch.Tensor, target_nnz: float, iterations: int = 60) -> float:
-    """The bias shift whose mean active terms per passage is closest to ``target_nnz`` (bisection:
-    the count only grows with the shift); of equally close ones, the smallest in magnitude (0 where
-    the passages already have the target)."""
+def shift_for_target(max_logits: torch.Tensor, target_nnz: float, iterations: int = 60) -> float:
+    """The constant added to every logit (a bias shift; ``logit_shift`` subtracts it) whose mean active
+    terms per passage is closest to ``target_nnz`` (bisection: the count only grows with the shift); of
+    equally close ones, the smallest in magnitude (0 where the passages already have the target)."""
     vocab = max_logits.shape[1]
     if not 0 < target_nnz <= vocab:
         raise VocabTransferError(f"target_nnz = {target_nnz} is outside (0, {vocab}], the vocabulary size")
@@ -216,27 +216,27 @@ def calibration_shift(max_logits: torch.Tensor, target_nnz: float, iterations: i
     return best[2]
 
 
-def calibrate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, passages: Sequence[str],
-              max_length: int, target_nnz: float) -> dict[str, Any]:
+def fit_bias_shift(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, passages: Sequence[str],
+                   max_length: int, target_nnz: float) -> dict[str, Any]:
     """Shift the decoder bias in place so the probe passages' mean active terms equal ``target_nnz``."""
     max_logits = passage_max_logits(model, tokenizer, passages, max_length)
-    shift = calibration_shift(max_logits, float(target_nnz))
+    shift = shift_for_target(max_logits, float(target_nnz))
     with torch.no_grad():
         for bias in decoder_biases(model):
             bias.add_(shift)
     after = mean_active(passage_max_logits(model, tokenizer, passages, max_length))
-    record = {"target_nnz": float(target_nnz), "passages": len(passages), "bias_shift": shift,
+    record = {"target_nnz": float(target_nnz), "passages": len(passages), "shift": shift,
               "passages_nnz_before": mean_active(max_logits), "passages_nnz_after": after}
-    log.info("calibrated decoder bias by %+.4g: %.1f -> %.1f active terms per probe passage (target %g)",
+    log.info("shifted decoder bias by %+.4g: %.1f -> %.1f active terms per probe passage (target %g)",
              shift, record["passages_nnz_before"], after, target_nnz)
     return record
 
 
 def resolve_target_nnz(spec: Mapping[str, Any], reference_norms: Mapping[str, Any] | None) -> float | None:
-    """``calibrate.target_nnz`` as a number: ``reference`` reads the reference backbone's probe passages."""
-    target = (spec.get("calibrate") or {}).get("target_nnz")
+    """``target_nnz`` as a number: ``reference`` reads the reference backbone's probe passages."""
+    target = spec.get("target_nnz")
     if target != "reference":
         return target
     if reference_norms is None:
-        raise VocabTransferError("calibrate.target_nnz = reference needs the reference backbone's norms")
+        raise VocabTransferError("target_nnz = reference needs the reference backbone's norms")
     return float(reference_norms["passages"]["mean_nonzeros"])

@@ -52,14 +52,14 @@ IN_DOMAIN_SETS = ("msmarco", "trec-dl")
 
 def table_names(config: Mapping[str, Any]) -> list[str]:
     """Tables this config produces: the factor sweep (and its figure) only with more than two constant factors,
-    calibration only with reference models or published BM25 figures."""
+    calibration only with published models or published BM25 figures."""
     return (list(BASE_TABLES) + ([SWEEP_TABLE] if len(constant_variants(config)) > 2 else [])
             + ([CALIBRATION_TABLE] if calibration_sources(config) else []))
 
 
 def calibration_sources(config: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """System name -> its ``published`` map: every reference model, and BM25 if it has one."""
-    out = {name: spec.get("published") or {} for name, spec in (config.get("reference_models") or {}).items()}
+    """System name -> its ``published`` map: every published model, and BM25 if it has one."""
+    out = {name: spec.get("published") or {} for name, spec in (config.get("published_models") or {}).items()}
     if (config.get("bm25") or {}).get("published"):
         out[BM25[0]] = config["bm25"]["published"]
     return out
@@ -268,8 +268,10 @@ def describe_variant(config: Mapping[str, Any], variant: str) -> str:
     if spec["policy"] == "vocab_transfer":
         source = spec["tokenizer"]
         name = source.get("repo_id") or source.get("package") or Path(source.get("path", "?")).name
-        target = (spec.get("calibrate") or {}).get("target_nnz")
-        return (f"vocabulary moved to {name}" + (f", bias calibrated to {target} active terms" if target else "")
+        target = spec.get("target_nnz")
+        bias = ("" if target is None else ", bias shifted to the reference's active terms" if target == "reference"
+                else f", bias shifted to {target:g} active terms")
+        return (f"vocabulary moved to {name}" + bias
                 + (f", head x {spec['factor']}" if "factor" in spec else ""))
     if spec["policy"] == "logit_shift":
         shift = ("shifted to the reference's active terms" if spec["shift"] == "reference"
@@ -384,19 +386,19 @@ def fmt_difference(value: Any) -> str:
     return f"{value:+.4f}"
 
 
-def calibration_table(results: Results, references: Iterable[str | Path]) -> Table:
-    """Reference models and BM25 through our chain next to their published figures.
+def calibration_table(results: Results, published_metrics: Iterable[str | Path]) -> Table:
+    """Published models and BM25 through our chain next to their published figures.
 
     One row per system and dataset: our primary metric, the published figure and the
-    difference. ``references``: the reference models' metrics JSON files.
+    difference. ``published_metrics``: the published models' metrics JSON files.
     """
     ours: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in references:
+    for path in published_metrics:
         entry = json.loads(Path(path).read_text(encoding="utf-8"))
         ours[entry["backbone"], entry["dataset"]] = entry
     columns = [Column("model"), Column("dataset"), Column("metric"), Column("ours", fmt_score),
                Column("published", fmt_score), Column("difference", fmt_difference), Column("source")]
-    caption = (f"Calibration: published checkpoints (reference_models) and BM25 through this pipeline's encode, "
+    caption = (f"Calibration: published checkpoints (published_models) and BM25 through this pipeline's encode, "
                f"impact index, retrieval and evaluation, next to their published figures. On a full collection a "
                f"difference beyond {CALIBRATION_TOLERANCE} means our chain differs from the published one "
                "(docs/calibration.md); on a subset or pool the difference says nothing. "
@@ -414,7 +416,7 @@ def calibration_table(results: Results, references: Iterable[str | Path]) -> Tab
 
 
 def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
-                 norms_csv: str | Path, references: Iterable[str | Path] = ()) -> list[Table]:
+                 norms_csv: str | Path, published_metrics: Iterable[str | Path] = ()) -> list[Table]:
     results = Results(config, summaries, bm25)
     builders: dict[str, Callable[[], Table]] = {
         "head_norms": lambda: head_norms_table(results, Path(norms_csv)),
@@ -424,17 +426,18 @@ def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
         "efficiency": lambda: efficiency_table(results),
         "training": lambda: training_table(results),
         SWEEP_TABLE: lambda: factor_sweep_table(results),
-        CALIBRATION_TABLE: lambda: calibration_table(results, references),
+        CALIBRATION_TABLE: lambda: calibration_table(results, published_metrics),
     }
     return [builders[name]() for name in table_names(config)]
 
 
 def write_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
-                 norms_csv: str | Path, out_dir: str | Path, references: Iterable[str | Path] = ()) -> list[Path]:
+                 norms_csv: str | Path, out_dir: str | Path,
+                 published_metrics: Iterable[str | Path] = ()) -> list[Path]:
     """Write every table of :func:`table_names` in all :data:`FORMATS` to ``out_dir``."""
     footer = provenance(config)
     written = []
-    for table in build_tables(config, summaries, bm25, norms_csv, references):
+    for table in build_tables(config, summaries, bm25, norms_csv, published_metrics):
         for ext in FORMATS:
             path = Path(out_dir) / f"{table.name}.{ext}"
             write_text(path, RENDERERS[ext](table, footer))
@@ -443,6 +446,6 @@ def write_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
 
 
 def run_tables(config: dict, summaries: list[Path], bm25: list[Path], norms_csv: Path, out_dir: Path,
-               references: list[Path] = ()) -> list[Path]:
+               published_metrics: list[Path] = ()) -> list[Path]:
     """CLI stage ``splade-rescale tables``."""
-    return write_tables(config, summaries, bm25, norms_csv, out_dir, references)
+    return write_tables(config, summaries, bm25, norms_csv, out_dir, published_metrics)

@@ -10,7 +10,7 @@ The rehearsal measures them on CPU and checks that the model behind the bill pre
   threads, benchmark file, and which jobs each one waits for), from ``snakemake -n --forceall``;
 * :func:`job_units`: the size of each job in the unit its time and output scale with
   (token-parameters for model work, postings for Lucene indexes, queries x documents for search);
-* :func:`calibrate`: per rule, ``seconds = fixed + rate x units`` and ``bytes = fixed + per-unit x units``,
+* :func:`fit_throughputs`: per rule, ``seconds = fixed + rate x units`` and ``bytes = fixed + per-unit x units``,
   fitted by least squares across jobs of different sizes from a finished run's
   ``results/{experiment}/benchmarks`` and output sizes (a ``cpu`` throughputs section);
 * :func:`predict`: the run on ``cores`` cores by list scheduling those jobs (longest remaining path
@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from splade_rescale.backbones.published import PUBLISHED_RUN
 from splade_rescale.costs.inputs import PlanError, load_plan_config
 from splade_rescale.costs.model_shapes import model_shape
 from splade_rescale.costs.plan import models
@@ -80,7 +81,7 @@ LUCENE_RATE = {
 BYTE_UNITS = {"encode_queries": "queries", "impact_retrieve": "queries x k", "bm25_retrieve": "queries x k"}
 
 
-class CalibrationError(ValueError):
+class ThroughputFitError(ValueError):
     """A run folder or throughputs section that cannot be used; one line with the fix."""
 
 
@@ -98,7 +99,7 @@ def dry_run_jobs(configfile: str | Path, targets: Sequence[str] = ("all",), work
                            *resources, "--configfile", str(Path(configfile).resolve())],
                           cwd=workdir, capture_output=True, text=True, timeout=600)
     if proc.returncode:
-        raise CalibrationError(f"snakemake dry run of {configfile} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        raise ThroughputFitError(f"snakemake dry run of {configfile} failed: {proc.stderr.strip().splitlines()[-1:]}")
     jobs = []
     for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", proc.stdout):
         head = re.search(r"^(?:local)?rule (\w+):", block, re.M)
@@ -132,7 +133,7 @@ class Sizes:
         self.of_dataset, specs = corpora(config["datasets"])
         self.corpora = {c: corpus_size(c, s, root) for c, s in specs.items()}
         self.queries = {d: query_size(d, s, root) for d, s in config["datasets"].items()}
-        self.shapes = {name: model_shape(name, (config["reference_models"] if v == "reference"
+        self.shapes = {name: model_shape(name, (config["published_models"] if v == PUBLISHED_RUN
                                                 else config["backbones"])[name], throughputs, root)
                        for name, v in models(config)}
         self.tpw = float(throughputs["text"]["tokens_per_word"])
@@ -201,8 +202,8 @@ def read_benchmark(path: Path) -> dict[str, float]:
 def read_disk(path: Path) -> dict[str, float]:
     """The header of ``rehearsal_data watch``'s samples: wall s, peak and final bytes."""
     if not path.is_file():
-        raise CalibrationError(f"{path}: missing; fix: run the workflow under "
-                               "`python -m splade_rescale.data.fixtures.rehearsal watch` (make rehearsal does)")
+        raise ThroughputFitError(f"{path}: missing; fix: run the workflow under "
+                                 "`python -m splade_rescale.data.fixtures.rehearsal watch` (make rehearsal does)")
     text = path.read_text()
     head = dict(re.findall(r"^# ([\w ]+): (\S+)$", text, re.M))
     first = re.search(r"^seconds\tbytes\n\S+\t(\d+)$", text, re.M)
@@ -258,8 +259,8 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return a, b
 
 
-def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[str] = ("all",),
-              throughputs: Mapping[str, Any] | None = None, machine: str | None = None) -> dict[str, Any]:
+def fit_throughputs(configfile: str | Path, run: str | Path = ".", targets: Sequence[str] = ("all",),
+                    throughputs: Mapping[str, Any] | None = None, machine: str | None = None) -> dict[str, Any]:
     """A ``cpu`` throughputs section fitted to a finished run (its config, benchmarks, outputs, disk).
 
     A rule whose jobs all have one size cannot separate fixed from per-unit time: it takes the
@@ -277,8 +278,8 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     jobs = measured_jobs(dry_run_jobs(configfile, targets, run), run, folder)
     missing = [j["benchmark"] for j in jobs if j["benchmark"] and "s" not in j]
     if missing:
-        raise CalibrationError(f"{run}: {len(missing)} benchmark files missing (e.g. {missing[0]}); fix: calibrate "
-                               "a finished run of the same config and targets")
+        raise ThroughputFitError(f"{run}: {len(missing)} benchmark files missing (e.g. {missing[0]}); fix: fit "
+                                 "a finished run of the same config and targets")
     rules: dict[str, dict[str, Any]] = {}
     for rule in sorted({j["rule"] for j in jobs}):
         mine = [j for j in jobs if j["rule"] == rule and "s" in j]
@@ -292,7 +293,7 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
             rate = LUCENE_RATE[rule](throughputs["lucene"], int(config["retrieval"]["threads"]), sizes)
             fixed = max(0.0, sum(y - rate * x for x, y in points) / len(points))
         elif not rate and one_size and (prior or {}).get("rules", {}).get(rule, {}).get("s_per_unit"):
-            # one size only: the per-unit rate of an earlier calibration (the rehearsal's), the rest fixed here
+            # one size only: the per-unit rate of an earlier fit (the rehearsal's), the rest fixed here
             rate = float(prior["rules"][rule]["s_per_unit"])
             fixed = max(0.0, sum(y - rate * x for x, y in points) / len(points))
         entry = {"jobs": len(mine), "unit": UNIT_NAMES.get(rule, "-"), "fixed_s": round(fixed, 3),
@@ -309,7 +310,7 @@ def calibrate(configfile: str | Path, run: str | Path = ".", targets: Sequence[s
     cpu = {
         "machine": machine or _machine(),
         "date": datetime.date.today().isoformat(),
-        "source": f"`splade-rescale calibrate` of a finished run of {configfile} (its results/<experiment>/: "
+        "source": f"`splade-rescale fit-throughputs` of a finished run of {configfile} (its results/<experiment>/: "
                   "benchmarks, output sizes, disk.tsv)",
         "doc_nnz_when_unpruned": sizes.nnz,
         "other_bytes_per_job": round(max(0.0, unattributed) / len(jobs)),
@@ -373,7 +374,7 @@ def predict(config: Mapping[str, Any], throughputs: Mapping[str, Any], jobs: lis
     cpu = throughputs.get("cpu")
     if not cpu:
         raise PlanError("throughputs has no `cpu` section; fix: pass config/throughputs-cpu.json or run "
-                        "`splade-rescale calibrate` on a finished rehearsal")
+                        "`splade-rescale fit-throughputs` on a finished rehearsal")
     run = Path(run)
     sizes = sizes or Sizes(config, throughputs, run)
     rules = cpu["rules"]

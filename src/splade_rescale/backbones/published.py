@@ -6,7 +6,7 @@ Why: a difference between our number and Pyserini's for the same checkpoint on a
 collection means our encode -> quantise -> impact index -> search chain differs from
 Pyserini's, which would make every other row of our tables suspect.
 
-Sources (``reference_models.{name}.source``): ``hf`` (``repo_id`` + ``revision``), ``local``
+Sources (``published_models.{name}.source``): ``hf`` (``repo_id`` + ``revision``), ``local``
 (a masked-LM checkpoint folder) and ``sentence_transformers`` (a SparseEncoder folder: its
 masked-LM module's folder is used: MLMTransformer, or Transformer with the fill-mask task).
 """
@@ -22,7 +22,7 @@ from splade_rescale.atomic import atomic_dir, write_json
 
 log = logging.getLogger(__name__)
 
-VARIANT = "reference"  # results/models/{name}/reference/: no norms, rescaling or training
+PUBLISHED_RUN = "published"  # results/{experiment}/models/{name}/published/: no norms, rescaling or training
 
 
 def _mlm_module_dir(folder: Path, name: str) -> Path:
@@ -30,16 +30,16 @@ def _mlm_module_dir(folder: Path, name: str) -> Path:
     module: ``MLMTransformer`` in older releases, ``Transformer`` with ``fill-mask`` since 6)."""
     modules = folder / "modules.json"
     if not modules.is_file():
-        raise FileNotFoundError(f"reference_models.{name}.path = {folder}: no modules.json; "
+        raise FileNotFoundError(f"published_models.{name}.path = {folder}: no modules.json; "
                                 "a SparseEncoder folder is expected (else use source: local)")
     for module in json.loads(modules.read_text()):
         if module.get("type", "").rsplit(".", 1)[-1] in ("MLMTransformer", "Transformer"):
             return folder / module.get("path", "")
-    raise ValueError(f"reference_models.{name}.path = {folder}: modules.json has no (MLM)Transformer module; "
+    raise ValueError(f"published_models.{name}.path = {folder}: modules.json has no (MLM)Transformer module; "
                      "only SPLADE-style SparseEncoders (masked-LM transformer + SpladePooling) can be used")
 
 
-def fetch_reference_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+def fetch_published_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """Write ``out_dir/final`` (model + tokenizer, fp32) and ``out_dir/manifest.json`` (status ok)."""
     from transformers import AutoTokenizer
 
@@ -55,16 +55,16 @@ def fetch_reference_model(name: str, spec: dict[str, Any], out_dir: str | Path) 
     model, missing = load_masked_lm(folder)  # fp32 weights, whatever the checkpoint's dtype
     head = mlm_head(model)
     if missing:
-        raise ValueError(f"reference model {name!r}: the checkpoint at {folder} lacks {', '.join(missing[:5])}; "
-                         "a reference must be a trained SPLADE model with its whole MLM head")
+        raise ValueError(f"published model {name!r}: the checkpoint at {folder} lacks {', '.join(missing[:5])}; "
+                         "a published model must be a trained SPLADE model with its whole MLM head")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     with atomic_dir(out_dir / "final") as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    manifest = {"status": "ok", "reference_model": name, "source": spec["source"], **provenance,
+    manifest = {"status": "ok", "published_model": name, "source": spec["source"], **provenance,
                 "architecture": head.architecture, "dtype": "float32",
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "notes": ["published checkpoint: no norms, rescaling or training"]}
     write_json(out_dir / "manifest.json", manifest)
-    log.info("reference model %s: %s from %s", name, head.architecture, folder)
+    log.info("published model %s: %s from %s", name, head.architecture, folder)
     return manifest
