@@ -12,19 +12,23 @@ import yaml
 from conftest import REPO
 from splade_rescale.report.expected import ExpectedError, check, load_expected, render, rewrite_block
 
+FP32 = {"a/baseline": {"status": "collapsed", "verdict": "near-empty"},
+        "a/rescaled": {"status": "ok", "ndcg_10": 0.60, "nnz_per_doc": 200}}
 EXPECTED = {"dataset": "scifact", "tolerance": {"ndcg_10": 0.05, "nnz_per_doc": 1.5},
-            "runs": {"a/baseline": {"status": "collapsed", "verdict": "near-empty"},
-                     "a/rescaled": {"status": "ok", "ndcg_10": 0.60, "nnz_per_doc": 200}}}
+            "runs": {"fp32": FP32, "bf16": {**FP32, "a/rescaled": {"status": "ok", "ndcg_10": 0.45, "nnz_per_doc": 150}}}}
 
 
-def _summary(results: Path, baseline: dict, rescaled: dict) -> None:
-    """results/summary/a.json with backbone a's two runs as the pipeline's summary holds them."""
+def _summary(results: Path, baseline: dict, rescaled: dict, bf16: bool = False) -> None:
+    """results/summary/a.json with backbone a's two runs as the pipeline's summary holds them, and
+    their manifests (the training precision)."""
     (results / "summary").mkdir(parents=True, exist_ok=True)
     variants = {}
     for variant, run in (("baseline", baseline), ("rescaled", rescaled)):
         datasets = {} if run["status"] != "ok" else {"scifact": {
             "metrics": {"nDCG@10": run["ndcg"]}, "efficiency": {"mean_nnz_per_doc": run["nnz"]}}}
         variants[variant] = {"training": {"status": run["status"], "verdict": run["verdict"]}, "datasets": datasets}
+        (results / "models/a" / variant).mkdir(parents=True, exist_ok=True)
+        (results / "models/a" / variant / "manifest.json").write_text(json.dumps({"bf16_autocast": bf16}))
     (results / "summary/a.json").write_text(json.dumps({"variants": variants}))
 
 
@@ -35,6 +39,20 @@ def _run(status="ok", verdict=None, ndcg=0.60, nnz=200.0) -> dict:
 def test_runs_within_the_tolerance_pass(tmp_path):
     _summary(tmp_path, _run("collapsed", "near-empty: 9.1 terms per document"), _run(ndcg=0.64, nnz=290.0))
     assert check(EXPECTED, tmp_path) == []
+
+
+def test_a_run_is_held_to_the_figures_of_its_training_precision(tmp_path):
+    """The same figures pass as fp32 and fail as bf16 (and the reverse); a precision the file lacks is named."""
+    fp32_like, bf16_like = _run(ndcg=0.61, nnz=210.0), _run(ndcg=0.44, nnz=140.0)
+    collapsed = _run("collapsed", "near-empty: 3 terms")
+    _summary(tmp_path / "fp32", collapsed, fp32_like)
+    _summary(tmp_path / "bf16", collapsed, bf16_like, bf16=True)
+    _summary(tmp_path / "swapped", collapsed, fp32_like, bf16=True)
+    assert check(EXPECTED, tmp_path / "fp32") == [] and check(EXPECTED, tmp_path / "bf16") == []
+    assert any("nDCG@10 0.610, expected 0.450" in p for p in check(EXPECTED, tmp_path / "swapped"))
+    only_fp32 = {**EXPECTED, "runs": {"fp32": FP32}}
+    assert check(only_fp32, tmp_path / "bf16") == [
+        f"{run}: trained in bf16, for which the file has no figures" for run in FP32]
 
 
 EMPTY = _run("collapsed", "near-empty: 3 terms")
@@ -56,18 +74,22 @@ def test_a_run_outside_its_figures_is_named(tmp_path, baseline, rescaled, says):
 
 def test_a_bad_file_names_the_key(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump({**EXPECTED, "runs": {"a/rescaled": {"status": "ok", "ndcg_10": 0.6}}}))
-    with pytest.raises(ExpectedError, match=r"bad.yaml: runs.a/rescaled is ok but lacks ndcg_10 or nnz_per_doc"):
+    path.write_text(yaml.safe_dump({**EXPECTED, "runs": {"fp32": {"a/rescaled": {"status": "ok", "ndcg_10": 0.6}}}}))
+    with pytest.raises(ExpectedError,
+                       match=r"bad.yaml: runs.fp32.a/rescaled is ok but lacks ndcg_10 or nnz_per_doc"):
         load_expected(path)
-    path.write_text(yaml.safe_dump({**EXPECTED, "runs": {"a/rescaled": {"status": "fine"}}}))
-    with pytest.raises(ExpectedError, match=r"runs.a/rescaled.status must be ok or collapsed"):
+    path.write_text(yaml.safe_dump({**EXPECTED, "runs": {"bf16": {"a/rescaled": {"status": "fine"}}}}))
+    with pytest.raises(ExpectedError, match=r"runs.bf16.a/rescaled.status must be ok or collapsed"):
+        load_expected(path)
+    path.write_text(yaml.safe_dump({**EXPECTED, "runs": FP32}))  # not keyed by precision
+    with pytest.raises(ExpectedError, match=r"bad.yaml: runs must be keyed by training precision \(fp32, bf16\)"):
         load_expected(path)
 
 
 def test_the_rendered_table_and_its_blocks():
     table = render(EXPECTED)
-    assert "| a/baseline | **collapsed (near-empty)** | collapsed | — |" in table
-    assert "| a/rescaled | ok | 0.600 | 200 |" in table
+    assert "| a/baseline | fp32 | **collapsed (near-empty)** | collapsed | — |" in table
+    assert "| a/rescaled | fp32 | ok | 0.600 | 200 |" in table and "| a/rescaled | bf16 | ok | 0.450 | 150 |" in table
     text = "before\n<!-- expected-scores:begin x -->\nold\n<!-- expected-scores:end x -->\nafter"
     assert rewrite_block(text, "x", "NEW") == \
         "before\n<!-- expected-scores:begin x -->\nNEW\n<!-- expected-scores:end x -->\nafter"
@@ -81,4 +103,4 @@ def test_the_docs_show_the_demos_expected_scores_file(doc):
     text = (REPO / doc).read_text()
     assert rewrite_block(text, "demo", render(expected)) == text, \
         f"{doc}: regenerate: splade-rescale expected --file config/expected/demo.yaml --render README.md docs/demo.md"
-    assert expected["runs"]["minilm-x16/baseline"]["status"] == "collapsed"
+    assert all(runs["minilm-x16/baseline"]["status"] == "collapsed" for runs in expected["runs"].values())

@@ -2,9 +2,12 @@
 
 One YAML file per experiment (``config/expected/demo.yaml``) names, for every trained run, its
 training status and, for a working model, one dataset's nDCG@10 and mean non-zeros per document,
-with the tolerance a rerun on another machine must meet. :func:`check` compares a finished
-results folder with it; :func:`render` is the Markdown table the README and docs show, and
-:func:`rewrite_block` keeps their copies equal to the file.
+with the tolerance a rerun on another machine must meet. The figures are kept per training
+precision (``fp32``, ``bf16``): ``precision: auto`` trains in bf16 autocast on a CPU with AMX and in
+fp32 on others, and a short run that sits near a collapse moves by more than any sensible tolerance
+between the two, so a rerun is held to the figures of the precision it trained in (its manifest's
+``bf16_autocast``). :func:`check` compares a finished results folder with it; :func:`render` is the
+Markdown table the README and docs show, and :func:`rewrite_block` keeps their copies equal to the file.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, Mapping
 import yaml
 
 BEGIN, END = "<!-- expected-scores:begin {name} -->", "<!-- expected-scores:end {name} -->"
+PRECISIONS = ("fp32", "bf16")
 
 
 class ExpectedError(ValueError):
@@ -30,21 +34,28 @@ def load_expected(path: str | Path) -> dict[str, Any]:
     for key in ("dataset", "tolerance", "runs"):
         if key not in data:
             raise ExpectedError(f"{path}: missing key {key!r}")
-    for run, row in data["runs"].items():
-        if row.get("status") not in ("ok", "collapsed"):
-            raise ExpectedError(f"{path}: runs.{run}.status must be ok or collapsed, not {row.get('status')!r}")
-        if row["status"] == "ok" and not {"ndcg_10", "nnz_per_doc"} <= set(row):
-            raise ExpectedError(f"{path}: runs.{run} is ok but lacks ndcg_10 or nnz_per_doc")
+    if not data["runs"] or not set(data["runs"]) <= set(PRECISIONS):
+        raise ExpectedError(f"{path}: runs must be keyed by training precision ({', '.join(PRECISIONS)}), "
+                            f"not {', '.join(map(str, data['runs'])) or 'nothing'}")
+    for precision, runs in data["runs"].items():
+        for run, row in runs.items():
+            key = f"runs.{precision}.{run}"
+            if row.get("status") not in ("ok", "collapsed"):
+                raise ExpectedError(f"{path}: {key}.status must be ok or collapsed, not {row.get('status')!r}")
+            if row["status"] == "ok" and not {"ndcg_10", "nnz_per_doc"} <= set(row):
+                raise ExpectedError(f"{path}: {key} is ok but lacks ndcg_10 or nnz_per_doc")
     return data
 
 
 def measured(results: str | Path, run: str, dataset: str) -> dict[str, Any]:
-    """Status, verdict, nDCG@10 and non-zeros per document of ``run`` ("backbone/variant") from its
-    backbone's summary (results/{experiment}/summary/{backbone}.json)."""
+    """Training precision, status, verdict, nDCG@10 and non-zeros per document of ``run``
+    ("backbone/variant") from its manifest and its backbone's summary (results/{experiment}/)."""
     backbone, variant = run.split("/", 1)
+    manifest = json.loads((Path(results) / "models" / backbone / variant / "manifest.json").read_text())
     summary = json.loads((Path(results) / "summary" / f"{backbone}.json").read_text())
     entry = summary["variants"][variant]
-    out = {"status": entry["training"]["status"], "verdict": entry["training"].get("verdict")}
+    out = {"precision": "bf16" if manifest.get("bf16_autocast") else "fp32",
+           "status": entry["training"]["status"], "verdict": entry["training"].get("verdict")}
     if out["status"] == "ok":
         scores = entry["datasets"][dataset]
         out["ndcg_10"] = scores["metrics"]["nDCG@10"]
@@ -55,8 +66,12 @@ def measured(results: str | Path, run: str, dataset: str) -> dict[str, Any]:
 def check(expected: Mapping[str, Any], results: str | Path) -> list[str]:
     """One line per run outside the expected figures (empty: every run as expected)."""
     tol, dataset, problems = expected["tolerance"], expected["dataset"], []
-    for run, want in expected["runs"].items():
+    for run in dict.fromkeys(r for runs in expected["runs"].values() for r in runs):
         got = measured(results, run, dataset)
+        want = expected["runs"].get(got["precision"], {}).get(run)
+        if want is None:
+            problems.append(f"{run}: trained in {got['precision']}, for which the file has no figures")
+            continue
         if got["status"] != want["status"]:
             problems.append(f"{run}: status {got['status']} ({got['verdict']}), expected {want['status']}")
             continue
@@ -74,15 +89,21 @@ def check(expected: Mapping[str, Any], results: str | Path) -> list[str]:
 
 
 def render(expected: Mapping[str, Any]) -> str:
-    """The expected table in Markdown, with its tolerance."""
+    """The expected table in Markdown, one row per run and training precision, with its tolerance."""
     tol, dataset = expected["tolerance"], expected["dataset"]
-    lines = [f"| run | training | {dataset} nDCG@10 | non-zeros per document |", "|---|---|---|---|"]
-    for run, row in expected["runs"].items():
-        if row["status"] == "ok":
-            lines.append(f"| {run} | ok | {row['ndcg_10']:.3f} | {row['nnz_per_doc']:,} |")
-        else:
-            lines.append(f"| {run} | **collapsed ({row.get('verdict', '')})** | collapsed | — |")
-    lines += ["", f"Tolerance: nDCG@10 ± {tol['ndcg_10']}, non-zeros within ×/÷ {tol['nnz_per_doc']}."]
+    lines = [f"| run | precision | training | {dataset} nDCG@10 | non-zeros per document |", "|---|---|---|---|---|"]
+    for run in dict.fromkeys(r for runs in expected["runs"].values() for r in runs):
+        for precision in PRECISIONS:
+            row = expected["runs"].get(precision, {}).get(run)
+            if row is None:
+                continue
+            if row["status"] == "ok":
+                lines.append(f"| {run} | {precision} | ok | {row['ndcg_10']:.3f} | {row['nnz_per_doc']:,} |")
+            else:
+                lines.append(f"| {run} | {precision} | **collapsed ({row.get('verdict', '')})** | collapsed | — |")
+    lines += ["", f"Tolerance: nDCG@10 ± {tol['ndcg_10']}, non-zeros within ×/÷ {tol['nnz_per_doc']}. A run is held to "
+              "the figures of the precision it trained in", "(`precision: auto`: bf16 autocast on a CPU with AMX, "
+              "fp32 on others)."]
     return "\n".join(lines)
 
 
