@@ -299,6 +299,15 @@ def _only_backbone(name: str) -> Callable[[list[dict]], None]:
     return check
 
 
+def _only_model_chain(backbone: str, variant: str) -> Callable[[list[dict]], None]:
+    """Every encode, index, search and evaluation planned is of one model."""
+    def check(jobs: list[dict]) -> None:
+        chain = {(j["wildcards"]["backbone"], j["wildcards"]["variant"]) for j in jobs
+                 if j["rule"] in ("encode_corpus", "impact_index", "encode_queries", "impact_retrieve", "evaluate")}
+        assert chain == {(backbone, variant)}, chain
+    return check
+
+
 def _own_folder(jobs: list[dict]) -> None:
     outputs = [p for j in jobs for p in j["output"] if p]
     assert outputs and all(p.startswith("results/miniature/") for p in outputs), \
@@ -351,6 +360,13 @@ EDITS = [
     Edit("a collapse floor changed (a judgement, not the weights)", {"judge_training": 4, **REPORTS},
          config=lambda c: c["training"].update(overrides={b: {"collapse_near_empty_d": 17.0}
                                                           for b in ("minilm", "minilm-x16")})),
+    Edit("the near-empty floor lowered below the x16 baseline's terms (its verdict flips: its chain runs, "
+         "nothing retrains)",
+         {"judge_training": 4, "encode_corpus": 2, "impact_index": 2, "encode_queries": 1, "impact_retrieve": 3,
+          "evaluate": 3, **REPORTS},
+         config=lambda c: c["training"].update(overrides={b: {"collapse_near_empty_d": 5.0}
+                                                          for b in ("minilm", "minilm-x16")}),
+         planned=_only_model_chain("minilm-x16", "baseline")),
     Edit("BEIR query length 256 -> 128 (SciFact's queries only)",
          {"settings": 1, "encode_queries": 4, "impact_retrieve": 4, "evaluate": 4, **REPORTS},
          config=lambda c: c["encoding"].update(beir_query_max_length=128), planned=_only_dataset("scifact")),
