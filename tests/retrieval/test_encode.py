@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import torch
 from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
-from splade_rescale.retrieval import encode, lucene
+from splade_rescale.retrieval import encode, lucene, shards
 from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, prune, sparsify
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
@@ -101,7 +102,15 @@ class NonFinite:
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(model_dir, tmp_path, value):
+def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(model_dir, tmp_path, value,
+                                                                                monkeypatch):
+    slow_write = shards._OpenShard.write  # the writer lags: the error arrives with shard 1 still queued
+
+    def lagging(self, *args):
+        time.sleep(0.2)
+        slow_write(self, *args)
+
+    monkeypatch.setattr(shards._OpenShard, "write", lagging)
     docs = list(load_dataset("x", SPEC).iter_docs())
     docid, text = docs[7]  # in the third shard of three documents
     out = tmp_path / "coll"

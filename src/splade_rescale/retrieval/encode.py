@@ -255,7 +255,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
                     estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
             writer.close()
     except TooDenseError:
-        writer.abort()
+        writer.abort(write_queued=False)
         shutil.rmtree(folder.root, ignore_errors=True)  # the record is final: nothing to resume
         raise
     except BaseException:

@@ -208,16 +208,20 @@ class ShardWriter:
         if self._shard is not None:
             self._finish_shard()
 
-    def abort(self) -> None:
-        """Stop without finishing the open shard (its partial file is removed)."""
-        while True:  # unblock the thread if it waits on a full queue's consumer side
+    def abort(self, write_queued: bool = True) -> None:
+        """Stop without finishing the open shard (its partial file is removed).
+
+        ``write_queued``: the chunks already encoded and queued are written first, so a shard
+        they complete is kept for the rerun (the caller failed after them, not in them).
+        """
+        while not write_queued:  # drop what waits, which also unblocks a producer
             try:
                 self._queue.get_nowait()
                 self._queue.task_done()
             except queue.Empty:
                 break
         self._queue.put(None)
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=600)
         if self._shard is not None:
             self._shard.discard()
 
