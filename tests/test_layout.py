@@ -63,7 +63,7 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "report/significance.py": ("report/test_tables.py",),
     "report/summary.py": ("report/test_tables.py",),
     "retrieval/resume.py": ("retrieval/test_encode_resume.py",),
-    "retrieval/shards.py": ("retrieval/test_encode_pipeline.py",),
+    "retrieval/shards.py": ("retrieval/test_encode_pipeline.py", "retrieval/test_encode.py"),
     "retrieval/skips.py": ("retrieval/test_size_guard.py",),
     "retrieval/sparse_rows.py": ("retrieval/test_encode.py",),
     "training/data.py": ("training/test_prepare.py",),

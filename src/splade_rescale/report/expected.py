@@ -47,6 +47,11 @@ def load_expected(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def run_names(expected: Mapping[str, Any]) -> list[str]:
+    """Every run the file names, under any precision, in the order it first names them."""
+    return list(dict.fromkeys(run for runs in expected["runs"].values() for run in runs))
+
+
 def measured(results: str | Path, run: str, dataset: str) -> dict[str, Any]:
     """Training precision, status, verdict, nDCG@10 and non-zeros per document of ``run``
     ("backbone/variant") from its manifest and its backbone's summary (results/{experiment}/)."""
@@ -66,7 +71,7 @@ def measured(results: str | Path, run: str, dataset: str) -> dict[str, Any]:
 def check(expected: Mapping[str, Any], results: str | Path) -> list[str]:
     """One line per run outside the expected figures (empty: every run as expected)."""
     tol, dataset, problems = expected["tolerance"], expected["dataset"], []
-    for run in dict.fromkeys(r for runs in expected["runs"].values() for r in runs):
+    for run in run_names(expected):
         got = measured(results, run, dataset)
         want = expected["runs"].get(got["precision"], {}).get(run)
         if want is None:
@@ -92,7 +97,7 @@ def render(expected: Mapping[str, Any]) -> str:
     """The expected table in Markdown, one row per run and training precision, with its tolerance."""
     tol, dataset = expected["tolerance"], expected["dataset"]
     lines = [f"| run | precision | training | {dataset} nDCG@10 | non-zeros per document |", "|---|---|---|---|---|"]
-    for run in dict.fromkeys(r for runs in expected["runs"].values() for r in runs):
+    for run in run_names(expected):
         for precision in PRECISIONS:
             row = expected["runs"].get(precision, {}).get(run)
             if row is None:

@@ -214,16 +214,21 @@ class ShardWriter:
         ``write_queued``: the chunks already encoded and queued are written first, so a shard
         they complete is kept for the rerun (the caller failed after them, not in them).
         """
-        while not write_queued:  # drop what waits, which also unblocks a producer
-            try:
-                self._queue.get_nowait()
-                self._queue.task_done()
-            except queue.Empty:
-                break
+        if not write_queued:
+            self._drop_queued()
         self._queue.put(None)
         self._thread.join(timeout=600)
         if self._shard is not None:
             self._shard.discard()
+
+    def _drop_queued(self) -> None:
+        """Empty the queue unwritten (which also unblocks a producer waiting on it)."""
+        while True:
+            try:
+                self._queue.get_nowait()
+                self._queue.task_done()
+            except queue.Empty:
+                return
 
     @property
     def stats(self) -> TermStats:
