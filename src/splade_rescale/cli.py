@@ -505,12 +505,13 @@ def validate_config_cmd(args: argparse.Namespace) -> None:
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
+    from splade_rescale.config import gpus_per_job
     from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs
     from splade_rescale.costs.plan import write_plan
-    from splade_rescale.costs.schedule import schedule_config, uses_gpus
+    from splade_rescale.costs.schedule import schedule_config
     args.out = args.out or Path("results") / load_plan_config(args.configfile)["experiment"] / "plan.md"
     text = write_plan(args.configfile, args.throughputs, args.out)
-    if args.cores and uses_gpus(load_plan_config(args.configfile)):
+    if args.cores and gpus_per_job(load_plan_config(args.configfile)):
         result, section = schedule_config(args.configfile, args.throughputs, args.cores, args.gpus)
         text += "\n" + section
         args.out.write_text(text)

@@ -225,6 +225,25 @@ def load_config(*paths: str | Path) -> dict[str, Any]:
     return config
 
 
+def gpus_per_job(config: Mapping[str, Any]) -> int:
+    """GPUs a model job (train, encode) asks the scheduler for.
+
+    The scheduler cannot see what `device: auto` will find inside the job, so the request
+    follows `gpus_per_job` (0 or 1): by default 1, or 0 when `device: cpu`. A cluster
+    without GPUs sets `gpus_per_job: 0` (a GPU request fails there at sbatch); `device: auto`
+    then runs on the CPU. A contradiction with `device` is a ConfigError.
+    """
+    device = str(config.get("device", "auto"))
+    gpus = config.get("gpus_per_job")
+    if gpus is None:
+        return 0 if device == "cpu" else 1
+    if device == "cpu" and gpus > 0:
+        raise ConfigError(f"gpus_per_job: {gpus} contradicts device: cpu (set gpus_per_job: 0, or device: auto)")
+    if device.startswith("cuda") and gpus == 0:
+        raise ConfigError(f"gpus_per_job: 0 contradicts device: {device} (a CUDA job needs a GPU)")
+    return int(gpus)
+
+
 def local_threads(config: dict[str, Any], cores: int, gpus: int) -> dict[str, int]:
     """Threads of the train, encode and Lucene jobs of a run on one machine of ``cores`` cores
     running up to ``gpus`` GPU jobs at once (0: the model jobs run on the CPU).

@@ -9,7 +9,8 @@ import yaml
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from splade_rescale.config import ConfigError, check_results_layout, local_threads, validate_config, visible_gpus
+from splade_rescale.config import (ConfigError, check_results_layout, gpus_per_job, local_threads, validate_config,
+                                   visible_gpus)
 from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.data.corpora import corpora
 from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, training_data, verdict_floors
@@ -140,22 +141,11 @@ envvars:
 
 
 def gpu_count():
-    """GPUs a model job (train, encode) asks the scheduler for.
-
-    The scheduler cannot see what `device: auto` will find inside the job, so the request
-    follows `gpus_per_job` (0 or 1): by default 1, or 0 when `device: cpu`. A cluster
-    without GPUs sets `gpus_per_job: 0` (a GPU request fails there at sbatch); `device: auto`
-    then runs on the CPU. A contradiction with `device` stops the workflow here.
-    """
-    device = str(config.get("device", "auto"))
-    gpus = config.get("gpus_per_job")
-    if gpus is None:
-        return 0 if device == "cpu" else 1
-    if device == "cpu" and gpus > 0:
-        raise WorkflowError(f"gpus_per_job: {gpus} contradicts device: cpu (set gpus_per_job: 0, or device: auto)")
-    if device.startswith("cuda") and gpus == 0:
-        raise WorkflowError(f"gpus_per_job: 0 contradicts device: {device} (a CUDA job needs a GPU)")
-    return gpus
+    """GPUs a model job (train, encode) asks the scheduler for (config.gpus_per_job)."""
+    try:
+        return gpus_per_job(config)
+    except ConfigError as exc:
+        raise WorkflowError(str(exc))
 
 
 # A run on one machine: GPU jobs never share the device. Every model job uses `device` (auto:

@@ -155,12 +155,6 @@ def schedule(plan: Mapping[str, Any], jobs: list[dict], cores: int, gpus: int, t
     return {"cores": cores, "gpus": gpus, "jobs": len(timed), **usage}
 
 
-def uses_gpus(config: Mapping[str, Any]) -> bool:
-    """Whether the workflow's model jobs ask for a GPU (common.smk's gpu_count)."""
-    gpus = config.get("gpus_per_job")
-    return bool(gpus) if gpus is not None else str(config.get("device", "auto")) != "cpu"
-
-
 def schedule_config(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int = 1,
                     root: str | Path = ".") -> tuple[dict[str, Any], str]:
     """``plan --cores N`` for a GPU config: the schedule and its Markdown, the jobs' threads as the
