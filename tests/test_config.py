@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from splade_rescale.config import ConfigError, load_config, parse_factor, validate_config
+from splade_rescale.config import load_config, parse_factor, validate_config
+from splade_rescale.errors import ConfigError
 from splade_rescale.training.recipes import resolve_recipe
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from conftest import REPO
 from splade_rescale.costs.inputs import load_plan_config
+from splade_rescale.data.corpora import dataset_files
 from splade_rescale.rule_params import (
     backbone_spec,
-    dataset_files,
     evaluation_spec,
     figure_config,
     judged_queries_digest,

@@ -16,13 +16,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from splade_rescale.backbones.published import PUBLISHED_RUN
+from splade_rescale.errors import ConfigError  # also importable from here, as before
+from splade_rescale.runs import PUBLISHED_RUN, check_seeds
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration problem, described in one line."""
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict[str, Any]:
@@ -100,8 +97,6 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any] | None = None
     if errors:
         error = jsonschema.exceptions.best_match(errors) or errors[0]
         raise ConfigError(_describe(error))
-
-    from splade_rescale.training.seeds import check_seeds
 
     backbones = config["backbones"]
     variants = config["variants"]

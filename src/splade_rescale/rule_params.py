@@ -5,7 +5,8 @@ depends on. Prose (a recipe's ``source``, a dataset's ``note``, published figure
 checkpoint cadence, GPU counts, threads, launchers and devices are not among them: editing those
 reruns nothing (the runtime ones reach the jobs through ``SPLADE_RESCALE_RUNTIME``, common.smk). A key
 that changes only a judgement, the collapse floors, reaches the cheap ``judge_training`` step, never
-the training. Local data files are inputs of the rules that read them (:func:`dataset_files`).
+the training. Local data files are inputs of the rules that read them
+(:func:`splade_rescale.data.corpora.dataset_files`).
 
 Kept free of torch: the Snakefile calls it while it builds the DAG.
 """
@@ -15,12 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Mapping
 
 from splade_rescale.config import query_max_length
+from splade_rescale.data.corpora import dataset_files, query_spec
 from splade_rescale.data.datasets import default_exclude_self
-from splade_rescale.data.prepare import query_spec
 
 # Recipe keys that change how often a run logs or checkpoints, or that document it: not what it learns.
 RECIPE_CADENCE = ("log_every", "checkpoint_every", "keep_checkpoints")
@@ -178,36 +178,6 @@ def figure_config(config: Mapping[str, Any]) -> dict[str, Any]:
     out["datasets"] = {name: {k: v for k, v in spec.items() if k != "note"}
                        for name, spec in config["datasets"].items()}
     return out
-
-
-def dataset_files(spec: Mapping[str, Any], *parts: str) -> list[str]:
-    """The local files a dataset entry reads for ``parts`` (``corpus``, ``queries``, ``qrels``), as
-    they exist: inputs of the rules that read them, so an edit in place reruns exactly those.
-
-    ir_datasets entries have none (they are keyed by their id); a file that does not exist is left
-    out, so the job that reads it fails with the dataset's own message.
-    """
-    source = spec["source"]
-    if source == "beir_local":
-        folder = Path(spec["path"])
-        split = spec.get("split", "test")
-        candidates = {"corpus": [folder / "corpus.jsonl", folder / "corpus.jsonl.gz"],
-                      "queries": [folder / "queries.jsonl", folder / "queries.jsonl.gz"],
-                      "qrels": [folder / "qrels" / f"{split}.tsv", folder / "qrels" / f"{split}.tsv.gz"]}
-    elif source == "trec_local":
-        candidates = {part: [Path(spec[part])] if spec.get(part) else [] for part in ("corpus", "queries", "qrels")}
-    else:
-        return []
-    files = []
-    for part in parts:
-        found = [str(p) for p in candidates[part] if p.is_file()]
-        files += found[:1]
-    return files
-
-
-def corpus_files(spec: Mapping[str, Any]) -> list[str]:
-    """The local files a corpus spec's documents come from (a subset's also depend on its queries and qrels)."""
-    return dataset_files(spec, "corpus", "queries", "qrels") if spec.get("subset") else dataset_files(spec, "corpus")
 
 
 @lru_cache(maxsize=None)

@@ -81,7 +81,8 @@ def test_a_published_model_runs_through_the_chain_and_its_calibration_row_is_rig
 
 
 def test_published_figures_must_name_datasets_of_the_config(tmp_path):
-    from splade_rescale.config import ConfigError, load_config
+    from splade_rescale.config import load_config
+    from splade_rescale.errors import ConfigError
 
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config["bm25"] = {"published": {"source": "x", "scifcat": 0.6}}
@@ -92,7 +93,8 @@ def test_published_figures_must_name_datasets_of_the_config(tmp_path):
 
 
 def test_the_published_run_name_is_reserved(tmp_path):
-    from splade_rescale.config import ConfigError, load_config
+    from splade_rescale.config import load_config
+    from splade_rescale.errors import ConfigError
 
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config["variants"]["published"] = {"policy": "constant", "factor": 1}

@@ -16,7 +16,8 @@ from sentence_transformers import SparseEncoder
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM
 
 from conftest import REPO, TRIPLES
-from splade_rescale.config import ConfigError, load_config
+from splade_rescale.config import load_config
+from splade_rescale.errors import ConfigError
 from splade_rescale.model.fused_head import fused_splade_pool, naive_splade_pool
 from splade_rescale.model.heads import FOLDED_SHIFT_KEY, LOGIT_SHIFT_KEY, logit_shift, set_logit_shift
 from splade_rescale.model.norms import measure_model_dir

@@ -13,7 +13,8 @@ import torch
 from transformers import AutoTokenizer
 
 from conftest import REPO, TRIPLES
-from splade_rescale.config import ConfigError, load_config
+from splade_rescale.config import load_config
+from splade_rescale.errors import ConfigError
 from splade_rescale.model.heads import mlm_head
 from splade_rescale.model.norms import activation_stats, read_probe_texts
 from splade_rescale.model.vocab_transfer import fit_bias_shift, source_pieces, special_token_map, transfer_vocabulary

@@ -25,8 +25,8 @@ def _demo(**training) -> dict:
 
 
 def test_run_names_and_the_seed_each_run_trains_with() -> None:
+    from splade_rescale.runs import split_run
     from splade_rescale.training.recipes import resolve_recipe, seed_runs
-    from splade_rescale.training.seeds import split_run
 
     one = _demo()
     assert seed_runs(one, "minilm", "baseline") == ["baseline"]  # the recipe's own seed, no folder
@@ -50,7 +50,8 @@ def test_run_names_and_the_seed_each_run_trains_with() -> None:
     ({"overrides": {"minilm": {"seeds": [1, "x"]}}}, "training.overrides.minilm.seeds"),
 ])
 def test_a_bad_seed_list_is_one_line_naming_its_key(training: dict, key: str) -> None:
-    from splade_rescale.config import ConfigError, validate_config
+    from splade_rescale.config import validate_config
+    from splade_rescale.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         validate_config(_demo(**training))
@@ -58,7 +59,7 @@ def test_a_bad_seed_list_is_one_line_naming_its_key(training: dict, key: str) ->
 
 
 def test_a_per_seed_override_for_a_seed_not_trained_is_refused() -> None:
-    from splade_rescale.config import ConfigError
+    from splade_rescale.errors import ConfigError
     from splade_rescale.training.recipes import seed_runs
 
     config = _demo(seeds=[0, 1], overrides={"minilm": {"baseline": {"seed-2": {"lambda_d": 1.0}}}})

@@ -9,14 +9,14 @@ import yaml
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from splade_rescale.config import (ConfigError, check_results_layout, gpus_per_job, local_threads, validate_config,
-                                   visible_gpus)
+from splade_rescale.config import check_results_layout, gpus_per_job, local_threads, validate_config, visible_gpus
 from splade_rescale.costs.model_shapes import gpu_job_priorities
-from splade_rescale.data.corpora import corpora
-from splade_rescale.rule_params import dataset_files, settings_records, training_cadence, training_data, verdict_floors
+from splade_rescale.data.corpora import corpora, dataset_files
+from splade_rescale.errors import ConfigError
+from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
+from splade_rescale.runs import RUN_PATTERN, VARIANT_PATTERN, split_run
 from splade_rescale.training.data import streamed_files
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
-from splade_rescale.training.seeds import RUN_PATTERN, VARIANT_PATTERN, split_run
 from splade_rescale.training.verdict import judge_files
 
 
@@ -78,7 +78,7 @@ CORPUS_OF, CORPORA = corpora(config["datasets"])
 CORPUS_OF = ConfigSection("datasets", CORPUS_OF)
 CORPORA = ConfigSection("corpus names", CORPORA)
 # Training runs per backbone x variant, one per seed: the variant's name alone for one seed
-# (every path as without seeds), else {variant}/seed-{n} (splade_rescale.training.seeds). Norms and the
+# (every path as without seeds), else {variant}/seed-{n} (splade_rescale.runs). Norms and the
 # rescaled init/ are the variant's and shared by its seeds.
 try:
     RUNS = {(b, v): seed_runs(config, b, v) for b in BACKBONES for v in VARIANTS}

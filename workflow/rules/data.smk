@@ -6,8 +6,8 @@
 # that become ready together would build the same cache at once (ir_datasets takes no lock).
 # Here each cache is built by one job, before the jobs that read it; train and encode jobs
 # then read only local files.
-from splade_rescale.data.prepare import query_spec, training_corpus
-from splade_rescale.rule_params import corpus_files
+from splade_rescale.data.corpora import corpus_files, query_spec
+from splade_rescale.data.prepare import training_corpus
 from splade_rescale.training.data import run_stream, stream_name
 
 try:

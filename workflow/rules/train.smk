@@ -1,4 +1,5 @@
-from splade_rescale.rule_params import dataset_files, training_recipe, verdict_floors
+from splade_rescale.data.corpora import dataset_files
+from splade_rescale.rule_params import training_recipe, verdict_floors
 
 
 rule mine_negatives:

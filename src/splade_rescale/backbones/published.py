@@ -22,8 +22,6 @@ from splade_rescale.atomic import atomic_dir, write_json
 
 log = logging.getLogger(__name__)
 
-PUBLISHED_RUN = "published"  # results/{experiment}/models/{name}/published/: no norms, rescaling or training
-
 
 def _mlm_module_dir(folder: Path, name: str) -> Path:
     """The masked-LM module's folder of a sentence-transformers SparseEncoder folder (its first

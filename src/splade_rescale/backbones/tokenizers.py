@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from splade_rescale.config import ConfigError
+from splade_rescale.errors import ConfigError
 
 TOKENIZER_PATTERNS = ["*.json", "*.txt", "*.model"]  # tokenizer files only, never weights
 

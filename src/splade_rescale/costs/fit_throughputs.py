@@ -33,13 +33,13 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from splade_rescale.backbones.published import PUBLISHED_RUN
 from splade_rescale.costs.inputs import PlanError, load_plan_config
 from splade_rescale.costs.model_shapes import model_shape
 from splade_rescale.costs.plan import models
 from splade_rescale.costs.schedule import Job, list_schedule
 from splade_rescale.costs.sizes import corpus_size, query_size, tokens, training_lengths
 from splade_rescale.data.fixtures.rehearsal import disk_bytes
+from splade_rescale.runs import PUBLISHED_RUN
 from splade_rescale.training.recipes import resolve_recipe
 
 TOLERANCE = 0.35  # the rehearsal's acceptance: predicted within +-35% of measured

@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from splade_rescale.config import ConfigError, validate_config
+from splade_rescale.config import validate_config
+from splade_rescale.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]
 THROUGHPUTS_PATH = REPO / "config" / "throughputs.json"

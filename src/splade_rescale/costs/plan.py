@@ -25,7 +25,6 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from splade_rescale.backbones.published import PUBLISHED_RUN
 from splade_rescale.config import query_max_length
 from splade_rescale.costs.inputs import (
     REPO,
@@ -39,8 +38,8 @@ from splade_rescale.costs.plan_report import render_markdown
 from splade_rescale.costs.sizes import LONG_QUERY_TOKENS, corpus_size, query_size, tokens, training_histograms
 from splade_rescale.data.collection_sizes import Size
 from splade_rescale.data.corpora import corpora
+from splade_rescale.runs import PUBLISHED_RUN, split_run
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
-from splade_rescale.training.seeds import split_run
 
 GIB = 1024 ** 3
 

@@ -14,6 +14,7 @@ Two datasets share a corpus when their documents come from the same place:
 
 Corpus names are readable (``msmarco-passage``, ``beir-fiqa``, the local folder's name, or
 the dataset's name for a subset); names that would collide get a short hash of the spec.
+A dataset's local files (:func:`dataset_files`) are inputs of the rules that read them.
 This module imports no torch, so the Snakefile can call it at planning time.
 """
 
@@ -26,8 +27,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-# Keys of a dataset spec that only concern its queries, qrels or evaluation, never its documents.
-_NOT_DOCUMENTS = ("metrics", "note", "exclude_self", "query_max_length")
+# Keys of a dataset entry that change none of its data (documents, queries, qrels): how it is scored,
+# encoded or described.
+NOT_DATA = ("metrics", "note", "exclude_self", "query_max_length")
 
 
 def docs_store(ds_id: str) -> str:
@@ -43,7 +45,7 @@ def docs_store(ds_id: str) -> str:
 def corpus_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a dataset spec that determines its documents (a corpus job's parameters)."""
     if spec.get("subset"):
-        return {k: v for k, v in spec.items() if k not in _NOT_DOCUMENTS}
+        return {k: v for k, v in spec.items() if k not in NOT_DATA}
     source = spec["source"]
     if source == "ir_datasets":
         return {"source": source, "id": docs_store(spec["id"])}
@@ -52,6 +54,11 @@ def corpus_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     if source == "trec_local":
         return {"source": source, "corpus": os.path.normpath(spec["corpus"])}
     raise ValueError(f"unknown dataset source {source!r}; use beir_local, trec_local or ir_datasets")
+
+
+def query_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a dataset's entry that fixes its queries and qrels (not how they are scored)."""
+    return {k: v for k, v in spec.items() if k not in NOT_DATA}
 
 
 def _base_name(dataset: str, spec: Mapping[str, Any]) -> str:
@@ -87,3 +94,33 @@ def corpora(datasets: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str], 
         of_dataset[dataset] = name
         by_name[name] = spec
     return of_dataset, by_name
+
+
+def dataset_files(spec: Mapping[str, Any], *parts: str) -> list[str]:
+    """The local files a dataset entry reads for ``parts`` (``corpus``, ``queries``, ``qrels``), as
+    they exist: inputs of the rules that read them, so an edit in place reruns exactly those.
+
+    ir_datasets entries have none (they are keyed by their id); a file that does not exist is left
+    out, so the job that reads it fails with the dataset's own message.
+    """
+    source = spec["source"]
+    if source == "beir_local":
+        folder = Path(spec["path"])
+        split = spec.get("split", "test")
+        candidates = {"corpus": [folder / "corpus.jsonl", folder / "corpus.jsonl.gz"],
+                      "queries": [folder / "queries.jsonl", folder / "queries.jsonl.gz"],
+                      "qrels": [folder / "qrels" / f"{split}.tsv", folder / "qrels" / f"{split}.tsv.gz"]}
+    elif source == "trec_local":
+        candidates = {part: [Path(spec[part])] if spec.get(part) else [] for part in ("corpus", "queries", "qrels")}
+    else:
+        return []
+    files = []
+    for part in parts:
+        found = [str(p) for p in candidates[part] if p.is_file()]
+        files += found[:1]
+    return files
+
+
+def corpus_files(spec: Mapping[str, Any]) -> list[str]:
+    """The local files a corpus spec's documents come from (a subset's also depend on its queries and qrels)."""
+    return dataset_files(spec, "corpus", "queries", "qrels") if spec.get("subset") else dataset_files(spec, "corpus")

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 from tqdm.auto import tqdm
 
 from splade_rescale.atomic import write_json
+from splade_rescale.data.corpora import corpus_files
 from splade_rescale.digests import file_sha256
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,6 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
     """Make a corpus's documents local and count them; write ``{"corpus", "spec", "docs", ...}`` to ``out``."""
     from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
-    from splade_rescale.rule_params import corpus_files  # imports this module
 
     t0 = time.perf_counter()
     record: dict[str, Any] = {"corpus": name, "spec": dict(spec)}
@@ -79,11 +79,6 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
     write_json(out, record)
     log.info("corpus %s: %d documents (%.0f s)", name, docs, record["seconds"])
     return record
-
-
-def query_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a dataset's entry that fixes its queries and qrels (not how they are scored)."""
-    return {k: v for k, v in spec.items() if k not in ("metrics", "note", "exclude_self", "query_max_length")}
 
 
 def prepare_queries(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from splade_rescale.atomic import write_json
-from splade_rescale.training.seeds import SEED_FOLDER
+from splade_rescale.runs import SEED_FOLDER
 
 # train_log.csv columns kept as curves (figures); the last row is kept whole.
 CURVE_COLUMNS = ("step", "loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nnz_d", "max_weight")

@@ -1,1 +1,1 @@
-"""SPLADE training: the trainer, recipes, the training-data streams and training seeds."""
+"""SPLADE training: the trainer, recipes, the training-data streams and the collapse verdict."""

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from splade_rescale.config import ConfigError
-from splade_rescale.training.seeds import SEED_FOLDER, check_seeds, run_name, split_run
+from splade_rescale.errors import ConfigError
+from splade_rescale.runs import SEED_FOLDER, check_seeds, run_name, split_run
 
 RECIPES_PATH = Path(__file__).resolve().parents[3] / "config" / "recipes.yaml"
 REQUIRED_KEYS = ("steps", "batch_size", "negatives_per_query", "lr", "warmup_steps", "weight_decay",
@@ -56,7 +56,7 @@ def resolve_recipe(config: Mapping[str, Any], backbone: str, variant: str) -> di
     Overrides: ``{backbone: {key: value}}`` applies to all variants of a backbone,
     ``{backbone: {variant: {key: value}}}`` to one variant (the more specific wins).
     Recipes come from ``config["recipes"]`` or else ``config/recipes.yaml``. ``variant`` may
-    be a run (``{variant}/seed-{n}``, :mod:`splade_rescale.training.seeds`): its seed replaces the
+    be a run (``{variant}/seed-{n}``, :mod:`splade_rescale.runs`): its seed replaces the
     recipe's, and ``{backbone: {variant: {seed-{n}: {key: value}}}}`` applies to that seed
     alone (most specific); a one-seed variant's run takes its one seed.
     """

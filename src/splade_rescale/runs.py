@@ -1,5 +1,6 @@
-"""Training seeds: one full chain (train, encode, index, retrieve, evaluate) per seed of a variant.
+"""Run names: the path component of one trained (or published) model under results/<experiment>/.
 
+A training seed is one full chain (train, encode, index, retrieve, evaluate) per seed of a variant.
 Why: one run per variant cannot tell a backbone that always collapses from one that collapsed
 once, nor a 0.01 difference from seed noise. A run is named by its variant alone when the
 variant has one seed, so a one-seed config keeps every path and table it had before seeds
@@ -12,8 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from splade_rescale.config import ConfigError
+from splade_rescale.errors import ConfigError
 
+PUBLISHED_RUN = "published"  # results/{experiment}/models/{name}/published/: no norms, rescaling or training
 SEED_FOLDER = "seed-"
 VARIANT_PATTERN = r"[A-Za-z0-9_.-]+"
 # a run: a variant, or a variant's seed folder (the `variant` wildcard of the per-run rules)
