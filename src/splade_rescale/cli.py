@@ -1,6 +1,8 @@
-"""One command-line entry point, ``splade-rescale <stage>``, that every Snakemake rule calls.
+"""One command-line entry point, ``splade-rescale <command>``: a stage for each Snakemake rule, and
+the user tools that no rule calls (``expected``: check a finished run against its expected scores;
+``plan`` and the commands after it: the run's bill before it starts, and its measured figures).
 
-Over 400 lines because it is one short function per stage with its arguments (the logic lives in
+Over 400 lines because it is one short function per command with its arguments (the logic lives in
 the subpackages): the one place where a rule's command line is defined.
 
 Rules pass configuration fragments as JSON strings (so Snakemake reruns a job when its
@@ -449,25 +451,6 @@ def report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", required=True, type=Path)
 
 
-@command("expected", lambda p: (
-    p.add_argument("--file", required=True, type=Path, help="expected scores, e.g. config/expected/demo.yaml"),
-    p.add_argument("--check", type=Path, help="a finished results folder (results/demo) to compare with them"),
-    p.add_argument("--render", type=Path, nargs="*", default=[], help="Markdown files whose expected-scores block "
-                   "(between <!-- expected-scores:begin NAME --> and its end marker) to rewrite from --file"),
-))
-def expected_cmd(args: argparse.Namespace) -> None:
-    """Expected scores as data: check a results folder against them, or render them into the docs."""
-    from splade_rescale.report.expected import check, load_expected, render, rewrite_block
-    expected = load_expected(args.file)
-    for doc in args.render:
-        doc.write_text(rewrite_block(doc.read_text(), args.file.stem, render(expected)))
-    if args.check:
-        problems = check(expected, args.check)
-        print("\n".join(problems) or f"{args.check}: every run as in {args.file}")
-        if problems:
-            raise SystemExit(1)
-
-
 @command("tables", lambda p: (
     report_args(p),
     p.add_argument("--bm25", nargs="*", default=[], type=Path),
@@ -487,11 +470,25 @@ def figures_cmd(args: argparse.Namespace) -> None:
     run_figures(args.config, args.summaries, args.out_dir)
 
 
-@command("validate-config", lambda p: p.add_argument("configfiles", nargs="+", type=Path))
-def validate_config_cmd(args: argparse.Namespace) -> None:
-    from splade_rescale.config import load_config
-    load_config(*args.configfiles)
-    print("config ok")
+# --- user tools (no rule calls them) -----------------------------------------------------------
+
+@command("expected", lambda p: (
+    p.add_argument("--file", required=True, type=Path, help="expected scores, e.g. config/expected/demo.yaml"),
+    p.add_argument("--check", type=Path, help="a finished results folder (results/demo) to compare with them"),
+    p.add_argument("--render", type=Path, nargs="*", default=[], help="Markdown files whose expected-scores block "
+                   "(between <!-- expected-scores:begin NAME --> and its end marker) to rewrite from --file"),
+))
+def expected_cmd(args: argparse.Namespace) -> None:
+    """Expected scores as data: check a results folder against them, or render them into the docs."""
+    from splade_rescale.report.expected import check, load_expected, render, rewrite_block
+    expected = load_expected(args.file)
+    for doc in args.render:
+        doc.write_text(rewrite_block(doc.read_text(), args.file.stem, render(expected)))
+    if args.check:
+        problems = check(expected, args.check)
+        print("\n".join(problems) or f"{args.check}: every run as in {args.file}")
+        if problems:
+            raise SystemExit(1)
 
 
 @command("plan", lambda p: (

@@ -20,7 +20,6 @@ dropped it (Pyserini's ``--remove-query``), so on our runs it changes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import warnings
@@ -249,8 +248,3 @@ def run_evaluate(run_path: str | Path, qrels: Qrels, metrics: str, out_path: str
     result = {"run": str(run_path), "metric_set": metrics, **(extra or {}), **result}
     write_json(out_path, result)
     return result
-
-
-def load_metrics(path: str | Path) -> dict:
-    """Read a metrics JSON written by :func:`run_evaluate`."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
