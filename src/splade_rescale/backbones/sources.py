@@ -16,6 +16,7 @@ from typing import Any
 from transformers import AutoConfig, AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, write_json
+from splade_rescale.backbones.tokenizers import NO_WEIGHTS_PATTERNS
 from splade_rescale.model.heads import init_identity_transform, load_masked_lm, mlm_head, scale_head, weights_dtype
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,6 @@ class BackboneUnavailableError(RuntimeError):
     """The backbone cannot be obtained; the message says how to fix it."""
 
 
-_CONFIG_PATTERNS = ["*.json", "*.txt", "*.model"]  # configs, tokenizers, a sharded checkpoint's index
 _BIN_PATTERNS = ["pytorch_model.bin", "pytorch_model-*.bin"]
 
 
@@ -34,11 +34,11 @@ def weight_patterns(name: str, repo_id: str, revision: str, files: list[str] | N
     a revision from before safetensors, its ``pytorch_model*.bin`` ones; never both. ``None``
     (the files are unknown: a cache without a listing) allows either, for the cache only."""
     if files is None:
-        return [*_CONFIG_PATTERNS, "*.safetensors", *_BIN_PATTERNS]
+        return [*NO_WEIGHTS_PATTERNS, "*.safetensors", *_BIN_PATTERNS]
     if any(f.endswith(".safetensors") for f in files):
-        return [*_CONFIG_PATTERNS, "*.safetensors"]
+        return [*NO_WEIGHTS_PATTERNS, "*.safetensors"]
     if any(fnmatch(f, p) for f in files for p in _BIN_PATTERNS):
-        return [*_CONFIG_PATTERNS, *_BIN_PATTERNS]
+        return [*NO_WEIGHTS_PATTERNS, *_BIN_PATTERNS]
     raise BackboneUnavailableError(
         f"backbone {name!r}: {repo_id}@{revision} has no *.safetensors and no pytorch_model*.bin weights; "
         f"fix: set backbones.{name}.revision to a commit that has them")

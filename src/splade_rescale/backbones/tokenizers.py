@@ -14,7 +14,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from splade_rescale.errors import ConfigError
 
-TOKENIZER_PATTERNS = ["*.json", "*.txt", "*.model"]  # tokenizer files only, never weights
+# A Hub repo's files but its weights: configs, tokenizer files, a sharded checkpoint's index.
+NO_WEIGHTS_PATTERNS = ["*.json", "*.txt", "*.model"]
 
 
 class TokenizerUnavailableError(ConfigError):
@@ -42,7 +43,7 @@ def tokenizer_folder(source: Mapping[str, Any], where: str, offline: bool = Fals
 
         try:
             return Path(snapshot_download(repo_id=source["repo_id"], revision=source.get("revision", "main"),
-                                          allow_patterns=TOKENIZER_PATTERNS, local_files_only=offline))
+                                          allow_patterns=NO_WEIGHTS_PATTERNS, local_files_only=offline))
         except (LocalEntryNotFoundError, HfHubHTTPError, OSError):
             if offline:
                 return None
