@@ -13,7 +13,7 @@ from splade_rescale.evaluation.evaluate import (
     correct_pvalues,
     efficiency_stats,
     evaluate_run,
-    flops,
+    expected_flops,
     paired_test,
     run_evaluate,
 )
@@ -145,7 +145,7 @@ def test_flops_and_efficiency():
     qs = {"n_queries": 2, "mean_nnz_per_query": 1.5, "term_df": {"1": 2, "2": 1}}
     ds = {"n_docs": 4, "mean_nnz_per_doc": 2.0, "term_df": {"1": 1, "3": 4}}
     # p_q = {1: 1, 2: .5}, p_d = {1: .25, 3: 1} -> 0.25
-    assert flops(qs["term_df"], 2, ds["term_df"], 4) == pytest.approx(0.25)
+    assert expected_flops(qs["term_df"], 2, ds["term_df"], 4) == pytest.approx(0.25)
     eff = efficiency_stats(qs, ds, index_size_bytes=123, search_stats={"qps": 10.0, "threads": 2})
     assert eff == {"mean_nnz_per_query": 1.5, "mean_nnz_per_doc": 2.0, "flops": 0.25,
                    "index_size_bytes": 123, "index_bytes_per_doc": 30.8, "qps": 10.0, "search_threads": 2}

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from splade_rescale.model.losses import (
     average_gradients,
     contrastive_loss,
-    flops,
+    flops_regulariser,
     gather_rows,
     kl_loss,
     margin_mse_loss,
@@ -22,9 +22,9 @@ from splade_rescale.model.losses import (
 )
 
 
-def test_flops_is_sum_of_squared_batch_means() -> None:
+def test_flops_regulariser_is_sum_of_squared_batch_means() -> None:
     reps = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])
-    assert flops(reps).item() == pytest.approx(2.0**2 + 0.0 + 1.0**2)
+    assert flops_regulariser(reps).item() == pytest.approx(2.0**2 + 0.0 + 1.0**2)
 
 
 def test_quadratic_warmup() -> None:
@@ -62,7 +62,7 @@ def _loss(weight: torch.Tensor, q_in: torch.Tensor, d_in: torch.Tensor) -> torch
     q, d = torch.relu(q_in @ weight), torch.relu(d_in @ weight)
     d_all, offset = gather_rows(d)
     q_all, _ = gather_rows(q)
-    return contrastive_loss(q, d_all, 1.0, offset) + 0.3 * flops(q_all) + 0.7 * flops(d_all)
+    return contrastive_loss(q, d_all, 1.0, offset) + 0.3 * flops_regulariser(q_all) + 0.7 * flops_regulariser(d_all)
 
 
 def _worker(rank: int, port: int, out: dict) -> None:
@@ -72,7 +72,7 @@ def _worker(rank: int, port: int, out: dict) -> None:
     weight = weight0.clone().requires_grad_()
     q_local, d_local = q_in[2 * rank:2 * rank + 2], d_in[4 * rank:4 * rank + 4]
     # Global FLOPS value on the gathered batch ...
-    value = flops(gather_rows(torch.relu(q_local @ weight))[0]).item()
+    value = flops_regulariser(gather_rows(torch.relu(q_local @ weight))[0]).item()
     # ... and the gradient of the whole objective, averaged over ranks as the trainer does.
     _loss(weight, q_local, d_local).backward()
     average_gradients([weight])  # type: ignore[list-item]
@@ -84,13 +84,13 @@ def test_two_process_flops_and_gradient_match_one_process() -> None:
     weight0, q_in, d_in = _toy_problem()
     # One process over the concatenated batch, documents ordered as gathered: rank 0's rows, rank 1's rows.
     weight = weight0.clone().requires_grad_()
-    single_value = flops(torch.relu(q_in @ weight)).item()
+    single_value = flops_regulariser(torch.relu(q_in @ weight)).item()
     q, d = torch.relu(q_in @ weight), torch.relu(d_in @ weight)
     # Rank r holds queries 2r, 2r+1 and documents 4r..4r+3 (its positives are the first two);
     # the mean of the per-rank contrastive losses is the loss over all queries.
     ce0 = contrastive_loss(q[:2], d, 1.0, 0)
     ce1 = contrastive_loss(q[2:], d, 1.0, 4)
-    loss = (ce0 + ce1) / 2 + 0.3 * flops(q) + 0.7 * flops(d)
+    loss = (ce0 + ce1) / 2 + 0.3 * flops_regulariser(q) + 0.7 * flops_regulariser(d)
     loss.backward()
 
     with socket.socket() as s:

@@ -130,7 +130,7 @@ def evaluate_run(qrels: Qrels, run: RunLike, metrics: str | Mapping[str, str],
 # ---------------------------------------------------------------------------- efficiency
 
 
-def flops(query_df: Mapping[str, int], n_queries: int, doc_df: Mapping[str, int], n_docs: int) -> float:
+def expected_flops(query_df: Mapping[str, int], n_queries: int, doc_df: Mapping[str, int], n_docs: int) -> float:
     """Expected multiplications per query-document pair: sum_v p_q(v) p_d(v).
 
     p(v) = fraction of queries (documents) with a non-zero weight on term v (the SPLADE
@@ -153,7 +153,7 @@ def efficiency_stats(query_stats: Mapping | None = None, doc_stats: Mapping | No
             if doc_stats.get(key) is not None:
                 out[key] = doc_stats[key]
     if query_stats and doc_stats:
-        out["flops"] = flops(query_stats["term_df"], query_stats["n_queries"], doc_stats["term_df"],
+        out["flops"] = expected_flops(query_stats["term_df"], query_stats["n_queries"], doc_stats["term_df"],
                              doc_stats["n_docs"])
     if index_size_bytes is not None:
         out["index_size_bytes"] = int(index_size_bytes)

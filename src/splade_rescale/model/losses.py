@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def flops(reps: Tensor) -> Tensor:
+def flops_regulariser(reps: Tensor) -> Tensor:
     """FLOPS regulariser (Paria et al. 2020): sum_v (mean over the batch of |w_v|)^2."""
     return reps.abs().mean(dim=0).pow(2).sum()
 

@@ -44,7 +44,7 @@ from splade_rescale.model.heads import fold_logit_shift, load_masked_lm, weights
 from splade_rescale.model.losses import (
     average_gradients,
     contrastive_loss,
-    flops,
+    flops_regulariser,
     gather_rows,
     kl_loss,
     margin_mse_loss,
@@ -271,7 +271,7 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
         teacher = torch.tensor([ex["teacher"][:n + 1] for ex in batch], device=q.device)
         fn = margin_mse_loss if recipe["loss"] == "margin_mse" else kl_loss
         rank_loss = fn(q, d, teacher)
-    flops_q, flops_d = flops(q_all), flops(torch.cat([pos_all, neg_all]))
+    flops_q, flops_d = flops_regulariser(q_all), flops_regulariser(torch.cat([pos_all, neg_all]))
     loss = rank_loss + lam_q * flops_q + lam_d * flops_d
     with torch.no_grad():
         stats = torch.stack([loss, rank_loss, flops_q, flops_d, (q > 0).sum(1).float().mean(),
