@@ -211,8 +211,8 @@ def test_ir_datasets_offline_msmarco_dl19(tmp_path):
 
 
 def test_demo_msmarco_corpus_is_rebuilt_byte_for_byte(tmp_path):
-    """The committed shared DL19/DL20 demo corpus is what ``splade_rescale.data.fixtures.demo`` builds."""
-    from splade_rescale.data.fixtures.demo import OUT, build
+    """The committed shared DL19/DL20 demo corpus is what ``splade_rescale.data.demo`` builds."""
+    from splade_rescale.data.demo import OUT, build
 
     counts = build(out=tmp_path)
     committed = REPO / OUT
