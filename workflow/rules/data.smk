@@ -1,7 +1,7 @@
 # Data preparation: CPU jobs that make every input local before a GPU job reads it.
 #
-# ir_datasets downloads into its cache, $IR_DATASETS_HOME (default ~/.ir_datasets; the paper
-# config needs ~45 GB there, see config/README.md) and builds its docs stores on first use.
+# ir_datasets downloads into its cache, $IR_DATASETS_HOME (default ~/.ir_datasets; how much room the
+# paper config needs there: config/README.md) and builds its docs stores on first use.
 # Done inside train or encode jobs, that would hold a GPU for hours of downloading, and jobs
 # that become ready together would build the same cache at once (ir_datasets takes no lock).
 # Here each cache is built by one job, before the jobs that read it; train and encode jobs
