@@ -23,6 +23,7 @@ def test_summary_gathers_norms_training_and_metrics(fixture_results):
     summary = json.loads(fixture_results["summaries"][1].read_text())
     assert summary["backbone"] == "big-head"
     assert summary["norms"]["decoder_row_norm_mean"] == 17.0
+    assert summary["source"] == {"source": "local", "path": "/models/big-head"}  # from the backbone's manifest
     base, resc = summary["variants"]["baseline"], summary["variants"]["rescaled"]
     assert base["training"]["status"] == "collapsed" and base["training"]["collapse_step"] == 6
     assert base["datasets"]["scifact"]["status"] == "collapsed"
@@ -32,7 +33,7 @@ def test_summary_gathers_norms_training_and_metrics(fixture_results):
 
 def test_summary_rejects_a_foreign_file(tmp_path):
     stray = write(tmp_path / "results/metrics/other/baseline/scifact.json", {})
-    with pytest.raises(ValueError, match="not a norms, training or metrics file"):
+    with pytest.raises(ValueError, match="not a backbone manifest, norms, training or metrics file"):
         summarize_backbone("small", [stray], tmp_path / "out.json")
 
 
@@ -47,6 +48,7 @@ def test_tables_written_with_collapse_bm25_marks_and_provenance(fixture_results,
         text = path.read_text()
         assert text.strip()
         assert "Made by config 'fixture' (sha256 " in text and "commit " in text and "pyserini" in text, path
+        assert "backbones: small org/small@0123456789ab, big-head local." in text, path
 
     in_domain = (out / "in_domain.md").read_text()
     assert "| BM25" in in_domain

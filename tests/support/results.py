@@ -31,6 +31,10 @@ CONFIG = {
     },
 }
 QIDS = [f"q{i}" for i in range(40)]
+# Where each backbone's weights came from, as its fetch's manifest records it (FIXTURE commit).
+SOURCES = {"small": {"source": "hf", "repo_id": "org/small", "revision": "main",
+                     "resolved_commit": "0123456789abcdef0123456789abcdef01234567"},
+           "big-head": {"source": "local", "path": "/models/big-head", "resolved_commit": None}}
 
 
 def _seed(*parts: str) -> int:
@@ -96,6 +100,7 @@ def write_results(tmp_path: Path) -> dict:
     inputs: dict[str, list[Path]] = {"small": [], "big-head": []}
     norms = []
     for b, row_norm in (("small", 1.0), ("big-head", 17.0)):
+        inputs[b].append(write(res / f"backbones/{b}/manifest.json", {"backbone": b, **SOURCES[b]}))
         norms.append(write(res / f"norms/{b}.json", {"backbone": b, "variant": "backbone", "architecture": "Bert",
                                                       "decoder_row_norm_mean": row_norm,
                                                       "decoder_frobenius_norm": 190 * row_norm}))

@@ -16,7 +16,7 @@ TABLE_TARGETS = TABLE_FILES + FIGURE_FILES
 rule backbone_summary:
     """One backbone's whole chain: `snakemake results/{experiment}/summary/{backbone}.json` reruns just it."""
     input:
-        lambda w: backbone_targets(w.backbone)
+        lambda w: [res(f"backbones/{w.backbone}/manifest.json")] + backbone_targets(w.backbone)
         + [res(f"models/{w.backbone}/{run}/train_log.csv") for run in backbone_runs(w.backbone)],
     output:
         res("summary/{backbone}.json"),

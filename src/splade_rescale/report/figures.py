@@ -423,7 +423,7 @@ def render_figure(name: str, config: Mapping[str, Any], summaries: Mapping[str, 
 def write_figures(config: Mapping[str, Any], summaries: Iterable[str | Path], out_dir: str | Path) -> list[Path]:
     """All :func:`figure_names` as PNG and PDF; each carries the provenance line at its foot."""
     data = _load(summaries)
-    footer = provenance(config)
+    footer = provenance(config, data.values())
     out = Path(out_dir)
     written = []
     for name in figure_names(config):

@@ -1,4 +1,5 @@
-"""The provenance line every table and figure carries: config, code commit and package versions."""
+"""The provenance line every table and figure carries: config, code commit, package versions and where
+each backbone's weights came from (a Hub backbone: the commit its revision resolved to when fetched)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 VERSIONED_PACKAGES = ("torch", "transformers", "pyserini", "ranx", "snakemake")
 
@@ -38,8 +39,18 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def provenance(config: Mapping[str, Any]) -> str:
-    """One line naming the config, code commit and package versions that made a table or figure."""
+def backbone_source(name: str, source: Mapping[str, Any]) -> str:
+    """``name repo@commit`` (12 hex digits; the summary holds all 40), ``name package version`` or ``name source``."""
+    if source.get("resolved_commit"):
+        return f"{name} {source['repo_id']}@{source['resolved_commit'][:12]}"
+    if source.get("package"):
+        return f"{name} {source['package']} {source.get('package_version') or ''}".rstrip()
+    return f"{name} {source.get('source', '?')}"
+
+
+def provenance(config: Mapping[str, Any], summaries: Iterable[Mapping[str, Any]] = ()) -> str:
+    """One line naming the config, code commit, package versions and backbone sources behind a table or figure."""
     versions = ", ".join(f"{k} {v}" for k, v in package_versions().items())
+    sources = ", ".join(backbone_source(s["backbone"], s["source"]) for s in summaries if s.get("source"))
     return (f"Made by config '{config.get('experiment', '?')}' (sha256 {config_hash(config)}), "
-            f"commit {git_commit()}, {versions}.")
+            f"commit {git_commit()}, {versions}" + (f"; backbones: {sources}." if sources else "."))

@@ -20,6 +20,8 @@ CURVE_COLUMNS = ("step", "loss", "loss_rank", "flops_q", "flops_d", "nnz_q", "nn
 # Manifest keys copied into the summary (the recipe is reduced to its name).
 MANIFEST_KEYS = ("status", "reason", "verdict", "collapse_step", "steps_done", "steps_planned", "device", "world_size",
                  "wall_s_this_run", "last_log")
+# The backbone manifest's keys that say where its weights came from (a Hub revision: the commit it resolved to).
+SOURCE_KEYS = ("source", "repo_id", "revision", "resolved_commit", "path", "package", "package_version")
 
 
 def _number(text: str) -> float | None:
@@ -49,6 +51,8 @@ def _run_of(parts: tuple[str, ...], root: str, backbone: str) -> tuple[str, str 
 def _classify(path: Path, backbone: str) -> tuple[str, str | None, str | None, str | None]:
     """(kind, variant, seed, dataset) of a results file of ``backbone``, from its path."""
     parts = path.parts
+    if path.name == "manifest.json" and parts[-3:-1] == ("backbones", backbone):
+        return "backbone", None, None, None
     if path.suffix == ".json" and len(parts) >= 2 and parts[-2] == "norms" and path.stem == backbone:
         return "norms_backbone", None, None, None
     if path.suffix == ".json" and len(parts) >= 3 and parts[-3] == "norms" and parts[-2] == backbone:
@@ -57,7 +61,7 @@ def _classify(path: Path, backbone: str) -> tuple[str, str | None, str | None, s
         return ("manifest" if path.name == "manifest.json" else "train_log"), *run, None
     if path.suffix == ".json" and (run := _run_of(parts, "metrics", backbone)):
         return "metrics", *run, path.stem
-    raise ValueError(f"{path}: not a norms, training or metrics file of backbone {backbone!r}")
+    raise ValueError(f"{path}: not a backbone manifest, norms, training or metrics file of backbone {backbone!r}")
 
 
 def _metrics_entry(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +72,7 @@ def _metrics_entry(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize_backbone(backbone: str, inputs: Iterable[str | Path], out_path: str | Path) -> dict[str, Any]:
-    """Gather one backbone's norms, training outcomes and per-dataset metrics into ``out_path``.
+    """Gather one backbone's source, norms, training outcomes and per-dataset metrics into ``out_path``.
 
     A variant trained with several seeds keeps each seed's training, curves and datasets under
     ``seeds: {seed: ...}`` (its norms stay the variant's); a one-seed variant has them itself.
@@ -93,7 +97,9 @@ def summarize_backbone(backbone: str, inputs: Iterable[str | Path], out_path: st
             run(var, seed)["curves"] = read_train_log(path)
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
-        if kind == "norms_backbone":
+        if kind == "backbone":
+            summary["source"] = {k: data[k] for k in SOURCE_KEYS if data.get(k) is not None}
+        elif kind == "norms_backbone":
             summary["norms"] = data
         elif kind == "norms_variant":
             variant(var)["norms"] = data

@@ -435,7 +435,8 @@ def write_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
                  norms_csv: str | Path, out_dir: str | Path,
                  published_metrics: Iterable[str | Path] = ()) -> list[Path]:
     """Write every table of :func:`table_names` in all :data:`FORMATS` to ``out_dir``."""
-    footer = provenance(config)
+    summaries = list(summaries)
+    footer = provenance(config, (json.loads(Path(p).read_text(encoding="utf-8")) for p in summaries))
     written = []
     for table in build_tables(config, summaries, bm25, norms_csv, published_metrics):
         for ext in FORMATS:
