@@ -39,8 +39,10 @@ install: $(STAMP)
 # unset for the paper run, whose long searches want the optimising compiler.
 SHORT_JVM := JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1
 
+# Then every run is checked against the expected scores (docs/demo.md): a run outside them fails the target.
 demo: $(STAMP)
 	$(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all --cores $(CORES) --configfile config/demo.yaml
+	$(BIN)/splade-rescale expected --file config/expected/demo.yaml --check results/demo
 
 # The paper's effect in miniature (config/miniature.yaml, docs/demo.md): a head-factor sweep on MiniLM
 # and its x16 stand-in, trained long enough for the large-norm head to go near-empty. Not part of `make test`.
