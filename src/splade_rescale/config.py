@@ -194,7 +194,7 @@ def check_vocab_transfer(name: str, variant: dict[str, Any]) -> None:
 
     A Hub tokenizer not yet in the local cache is checked when the variant's init job downloads it.
     """
-    from splade_rescale.backbones.tokenizers import tokenizer_folder
+    from splade_rescale.tokenizers import tokenizer_folder
 
     if "factor" in variant:
         parse_factor(variant["factor"], key=f"variants.{name}.factor")

@@ -32,8 +32,8 @@ class ConfigBackboneError(ValueError):
 
 def load_tokenizer(name: str, spec: Mapping[str, Any]) -> PreTrainedTokenizerBase:
     """``tokenizer: {package: module}`` (a module with get_model_path()), ``{path: folder}`` or
-    ``{repo_id, revision}`` (splade_rescale.backbones.tokenizers); default the demo's WordPiece."""
-    from splade_rescale.backbones.tokenizers import load_tokenizer as load
+    ``{repo_id, revision}`` (splade_rescale.tokenizers); default the demo's WordPiece."""
+    from splade_rescale.tokenizers import load_tokenizer as load
 
     return load(dict(spec.get("tokenizer") or DEFAULT_TOKENIZER), f"backbones.{name}.tokenizer")
 

@@ -16,8 +16,8 @@ from typing import Any
 from transformers import AutoConfig, AutoTokenizer
 
 from splade_rescale.atomic import atomic_dir, write_json
-from splade_rescale.backbones.tokenizers import NO_WEIGHTS_PATTERNS
 from splade_rescale.model.heads import init_identity_transform, load_masked_lm, mlm_head, scale_head, weights_dtype
+from splade_rescale.tokenizers import NO_WEIGHTS_PATTERNS
 
 log = logging.getLogger(__name__)
 

@@ -109,9 +109,9 @@ def _logit_shift(model, tokenizer, name: str, variant: dict[str, Any], reference
 def _transfer(model, tokenizer, name: str, variant: dict[str, Any], reference_norms: dict[str, Any] | None,
               probe: dict[str, Any] | None):
     """The backbone over the variant's vocabulary, its bias shifted if asked: (model, tokenizer, record)."""
-    from splade_rescale.backbones.tokenizers import load_tokenizer
     from splade_rescale.model.norms import read_probe_texts
     from splade_rescale.model.vocab_transfer import fit_bias_shift, resolve_target_nnz, transfer_vocabulary
+    from splade_rescale.tokenizers import load_tokenizer
 
     target = load_tokenizer(variant["tokenizer"], f"variants.{name}.tokenizer")
     target_nnz = resolve_target_nnz(variant, reference_norms)
