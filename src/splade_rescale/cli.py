@@ -145,7 +145,8 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--prepared", type=Path, help="the examples this recipe reads, from prepare-training-data"),
     p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
                    help='settings that do not change the run: {"training_cadence": {RUN: {log_every, ...}}}, as JSON'),
-    p.add_argument("--run", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
+    # not --run: torchrun, which gets this command line, takes that for an abbreviation of its --run-path
+    p.add_argument("--run-key", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
     p.add_argument("--gpus", type=int, default=0, help=f"{GPUS_HELP}; more than 1 starts it under torchrun (DDP)"),
     p.add_argument("--device", default="auto"),
     p.add_argument("--threads", type=int),
@@ -161,16 +162,16 @@ def train_cmd(args: argparse.Namespace) -> None:
     import shutil
 
     from splade_rescale.gpus import claim_for_job
-    claim_for_job(args.gpus, f"train {args.run}")
+    claim_for_job(args.gpus, f"train {args.run_key}")
     if args.gpus > 1 and "LOCAL_RANK" not in os.environ:  # one process per GPU, this same command in each
         os.execvp("torchrun", ["torchrun", "--standalone", f"--nproc-per-node={args.gpus}",
                                shutil.which("splade-rescale") or sys.argv[0], *sys.argv[1:]])
     from splade_rescale.rule_params import RECIPE_CADENCE
     from splade_rescale.training.train import run_training
     set_threads(args.threads)
-    recipe = {**args.recipe, **(args.runtime.get("training_cadence") or {}).get(args.run, {})}
+    recipe = {**args.recipe, **(args.runtime.get("training_cadence") or {}).get(args.run_key, {})}
     if missing := [k for k in RECIPE_CADENCE if k not in recipe]:
-        raise SystemExit(f"train: no {', '.join(missing)} for run {args.run!r}: give them in --recipe or in "
+        raise SystemExit(f"train: no {', '.join(missing)} for run {args.run_key!r}: give them in --recipe or in "
                          "--runtime's training_cadence (the workflow sets it from the recipe)")
     data = {**args.data, "examples": str(args.examples)} if args.examples else args.data
     data = {**data, "prepared": str(args.prepared)} if args.prepared else data
