@@ -7,7 +7,9 @@ BIN := $(VENV)/bin
 CORES ?= 2
 # Where torch comes from (docs/install.md): cpu (default; on Linux the +cpu wheel from PyTorch's CPU
 # index, elsewhere PyPI's wheel, which is CPU/MPS there) or cuda (PyPI's Linux wheel: the CUDA build).
-TORCH ?= cpu
+# The default: the source of the torch installed already, else cpu (a `make plan` after
+# `make install TORCH=cuda` keeps the CUDA build).
+TORCH ?= $(or $(patsubst $(VENV)/.installed-%,%,$(firstword $(wildcard $(VENV)/.installed-cpu $(VENV)/.installed-cuda))),cpu)
 TORCH_VERSION := 2.13.0
 ifeq ($(TORCH),cpu)
 ifeq ($(shell uname -s),Linux)

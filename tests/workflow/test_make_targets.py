@@ -35,7 +35,8 @@ def test_make_install_with_another_torch_after_a_cpu_install_reinstalls_torch(tm
     assert "rm -f .venv/.installed-cpu" in planned and "touch .venv/.installed-cuda" in planned
     (root / ".venv/.installed-cpu").unlink()
     (root / ".venv/.installed-cuda").touch()
-    back = _make(root, "-n", "install").stdout
+    assert "pip install" not in _make(root, "-n", "plan").stdout  # later targets keep the CUDA build
+    back = _make(root, "-n", "install", "TORCH=cpu").stdout
     assert "--force-reinstall" in back and "torch==2.13.0+cpu" in back, back
 
 
