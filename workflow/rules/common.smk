@@ -164,24 +164,24 @@ os.environ.pop(POOL_VAR, None)  # only a run on this machine hands its jobs a po
 if CORES and workflow.local_exec and not workflow.remote_exec:
     TORCH = torch_build()
     DEVICE_IDS = visible_device_ids() if gpu_count() else []
-    cuda = f"CUDA {TORCH['cuda']}" if TORCH.get("cuda") else "no CUDA"
-    logger.info(f"torch {TORCH.get('version')} ({cuda}); GPUs: {','.join(DEVICE_IDS) or 'none'}"
+    _cuda = f"CUDA {TORCH['cuda']}" if TORCH.get("cuda") else "no CUDA"
+    logger.info(f"torch {TORCH.get('version')} ({_cuda}); GPUs: {','.join(DEVICE_IDS) or 'none'}"
                 + ("" if gpu_count() else " used (device: cpu)"))
-    if DEVICE_IDS and not TORCH.get("cuda") and os.environ.get(CPU_TORCH_VAR) != "1":
-        raise WorkflowError(f"this machine shows {len(DEVICE_IDS)} GPU(s) but torch {TORCH.get('version')} has no "
-                            "CUDA, so every model job would run on the CPU: `make install TORCH=cuda` installs the "
-                            "CUDA build; `device: cpu` in the config runs on the CPU")
-    if DEVICE_IDS and not TORCH.get("cuda"):
-        logger.warning(f"{CPU_TORCH_VAR}=1: GPU jobs claim GPUs of their own but run on the CPU")
-    if DEVICE_IDS and torch_device().startswith("cuda:"):
-        raise WorkflowError(f"device: {torch_device()} puts every GPU job on one GPU: use device: auto (each job "
-                            "gets GPUs of its own), and CUDA_VISIBLE_DEVICES to choose which GPUs the run uses")
     if DEVICE_IDS:
-        asked = _resource("gpu")
-        if asked is not None and asked > len(DEVICE_IDS):
-            logger.warning(f"--resources gpu={asked}, but this machine shows {len(DEVICE_IDS)} GPU(s): "
+        if not TORCH.get("cuda"):
+            if os.environ.get(CPU_TORCH_VAR) != "1":
+                raise WorkflowError(f"this machine shows {len(DEVICE_IDS)} GPU(s) but torch {TORCH.get('version')} "
+                                    "has no CUDA, so every model job would run on the CPU: `make install TORCH=cuda` "
+                                    "installs the CUDA build; `device: cpu` in the config runs on the CPU")
+            logger.warning(f"{CPU_TORCH_VAR}=1: GPU jobs claim GPUs of their own but run on the CPU")
+        if torch_device().startswith("cuda:"):
+            raise WorkflowError(f"device: {torch_device()} puts every GPU job on one GPU: use device: auto (each job "
+                                "gets GPUs of its own), and CUDA_VISIBLE_DEVICES to choose which GPUs the run uses")
+        _asked = _resource("gpu")
+        if _asked is not None and _asked > len(DEVICE_IDS):
+            logger.warning(f"--resources gpu={_asked}, but this machine shows {len(DEVICE_IDS)} GPU(s): "
                            f"GPU jobs run {len(DEVICE_IDS)} at once")
-        workflow.register_resource("gpu", len(DEVICE_IDS) if asked is None else min(asked, len(DEVICE_IDS)))
+        workflow.register_resource("gpu", len(DEVICE_IDS) if _asked is None else min(_asked, len(DEVICE_IDS)))
         POOL = DEVICE_IDS[:_resource("gpu")]
         for _backbone, _spec in config["backbones"].items():
             if _spec.get("train_gpus", 0) > len(POOL):
