@@ -100,9 +100,11 @@ def claimed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, f
     root = copy_workflow(tmp_path_factory.mktemp("claims"), TINY_CHAIN_DATA)
     (root / "config/test.yaml").write_text(yaml.safe_dump(_config()))
     env = {**ENV, "CUDA_VISIBLE_DEVICES": "0,1,2,3", CPU_TORCH_VAR: "1"}
-    args = [sys.executable, "-m", "snakemake", *_targets(), "--cores", "4", "--resources", "gpu=4",
-            "--configfile", "config/test.yaml"]
-    run = subprocess.Popen([*args, "--keep-going"], cwd=root, env=env, stdout=subprocess.PIPE,
+    def args(gpus: int) -> list[str]:
+        return [sys.executable, "-m", "snakemake", *_targets(), "--cores", "4", "--resources", f"gpu={gpus}",
+                "--configfile", "config/test.yaml"]
+
+    run = subprocess.Popen([*args(4), "--keep-going"], cwd=root, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     victim, killed_at, end = root / VICTIM, None, time.monotonic() + 1200
     while killed_at is None and run.poll() is None and time.monotonic() < end:
@@ -119,8 +121,7 @@ def claimed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, f
     # the next run, on the killed job's id and one other, reruns that job: its id is free again
     others = [d for d in ("0", "1", "2", "3") if d not in jobs[VICTIM]["ids"]]
     env["CUDA_VISIBLE_DEVICES"] = ",".join(jobs[VICTIM]["ids"] + others[:1])
-    rerun = subprocess.run([*args[:5], "--resources", "gpu=2", *args[7:]], cwd=root, env=env,
-                           capture_output=True, text=True, timeout=1200)
+    rerun = subprocess.run(args(2), cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     return root, jobs, killed_at, rerun
 
 
