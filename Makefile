@@ -4,11 +4,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 CORES ?= 2
 # Where torch comes from (docs/install.md): cpu (default; on Linux the +cpu wheel from PyTorch's CPU
 # index, elsewhere PyPI's wheel, which is CPU/MPS there) or cuda (PyPI's Linux wheel: the CUDA build).
-TORCH ?= cpu
+# The default: the source of the torch installed already, else cpu (a `make plan` after
+# `make install TORCH=cuda` keeps the CUDA build).
+TORCH ?= $(or $(patsubst $(VENV)/.installed-%,%,$(firstword $(wildcard $(VENV)/.installed-cpu $(VENV)/.installed-cuda))),cpu)
 TORCH_VERSION := 2.13.0
 ifeq ($(TORCH),cpu)
 ifeq ($(shell uname -s),Linux)
@@ -21,6 +22,11 @@ TORCH_INSTALL := "torch==$(TORCH_VERSION)"
 else
 $(error TORCH=$(TORCH): use TORCH=cpu or TORCH=cuda)
 endif
+# One stamp per torch source: `make install TORCH=cuda` after a CPU install installs the CUDA build.
+STAMP := $(VENV)/.installed-$(TORCH)
+# Another source's stamp: its torch build is replaced (pip keeps an installed 2.13.0+cpu for
+# torch==2.13.0, since a local version label meets that pin).
+OTHER_STAMPS := $(filter-out $(STAMP),$(wildcard $(VENV)/.installed*))
 
 .PHONY: install demo miniature test test-slurm dryrun lint clean-results plan rehearsal
 
@@ -29,8 +35,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch alone first (its dependencies come with the project), from the source TORCH names:
 	# the project's own torch==2.13.0 is then met and pip keeps that build.
-	$(BIN)/pip install -q --no-deps $(TORCH_INSTALL)
+	$(BIN)/pip install -q --no-deps $(if $(OTHER_STAMPS),--force-reinstall) $(TORCH_INSTALL)
 	$(BIN)/pip install -q -e '.[test]'
+	rm -f $(OTHER_STAMPS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -105,6 +112,24 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml
 
+# Deletes one experiment's results (results/NAME), or with EXPERIMENT=all every experiment's and the
+# rehearsal data with Snakemake's records (.snakemake); without EXPERIMENT it only lists what there is.
+EXPERIMENT ?=
+RESULT_FOLDERS = $(notdir $(patsubst %/,%,$(wildcard results/*/)))
 clean-results:
+ifeq ($(EXPERIMENT),)
+	@echo "results here: $(or $(RESULT_FOLDERS),none). Delete one: make clean-results EXPERIMENT=name; every one: make clean-results EXPERIMENT=all"
+	@exit 1
+else ifeq ($(EXPERIMENT),all)
+	@echo "deleting results/ ($(or $(RESULT_FOLDERS),empty)) and .snakemake"
 	rm -rf results/* .snakemake
 	touch results/.gitkeep
+else ifneq ($(words $(EXPERIMENT)),1)
+	@echo "EXPERIMENT=$(EXPERIMENT): name one experiment (or all)"
+	@exit 1
+else
+	@test "$(filter $(EXPERIMENT),$(RESULT_FOLDERS))" = "$(EXPERIMENT)" || \
+	  { echo "no results/$(EXPERIMENT); results here: $(or $(RESULT_FOLDERS),none)"; exit 1; }
+	@echo "deleting results/$(EXPERIMENT)"
+	rm -rf "results/$(EXPERIMENT)"
+endif

@@ -1,5 +1,5 @@
 # Rescaling MLM-Head for Neural Sparse Retrieval: the whole experiment as one DAG.
-#   snakemake --cores 8 all                                   (config/config.yaml, GPU + internet)
+#   snakemake --cores 16 all                                  (config/config.yaml, GPU + internet)
 #   snakemake all --cores 2 --configfile config/demo.yaml     (offline CPU demo; `make demo`)
 from snakemake.utils import min_version
 

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from splade_rescale.config import load_config, parse_factor, validate_config
+from splade_rescale.config import load_config, parse_factor, validate_config, visible_device_ids
 from splade_rescale.errors import ConfigError
+from splade_rescale.gpus import torch_build
 from splade_rescale.training.recipes import resolve_recipe
 
 
@@ -95,3 +96,27 @@ def test_an_experiment_cannot_be_named_like_a_results_folder():
     config["experiment"] = "models"
     with pytest.raises(ConfigError, match=r"experiment = 'models'"):
         validate_config(config)
+
+
+def test_visible_device_ids_as_cuda_reads_them(tmp_path):
+    for name in ("nvidia0", "nvidia10", "nvidia2", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    assert visible_device_ids({}, tmp_path) == ["0", "2", "10"]  # device files, in number order
+    assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "3, 1"}, tmp_path) == ["3", "1"]  # the variable wins
+    assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "2,-1,3"}, tmp_path) == ["2"]  # -1 hides the rest
+    assert visible_device_ids({"CUDA_VISIBLE_DEVICES": ""}, tmp_path) == []
+    gpu_uuid = "GPU-8f6e1c2a-0000-1111-2222-333344445555"
+    assert visible_device_ids({"CUDA_VISIBLE_DEVICES": gpu_uuid}, tmp_path) == [gpu_uuid]
+
+
+def test_torch_build_is_read_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; from splade_rescale.gpus import torch_build; b = torch_build();"
+            "print(b['version'], b['cuda'], 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    import torch
+
+    assert out == [torch.__version__, str(torch.version.cuda), "False"]
+    assert torch_build() == {"version": torch.__version__, "cuda": torch.version.cuda}

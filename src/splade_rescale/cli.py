@@ -110,6 +110,10 @@ def rescale_cmd(args: argparse.Namespace) -> None:
 
 # --- training -----------------------------------------------------------------------------
 
+GPUS_HELP = ("GPUs of the job: in a run on one machine, ids of its own claimed from the workflow's pool "
+             "(splade_rescale.gpus) and set as CUDA_VISIBLE_DEVICES")
+
+
 def set_threads(threads: int | None) -> None:
     """Torch uses the threads Snakemake gave the job, not every core of the machine."""
     if threads:
@@ -143,8 +147,9 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--prepared", type=Path, help="the examples this recipe reads, from prepare-training-data"),
     p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
                    help='settings that do not change the run: {"training_cadence": {RUN: {log_every, ...}}}, as JSON'),
-    p.add_argument("--run", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
-    p.add_argument("--gpus", type=int, default=0, help="GPUs of the job: more than 1 starts it under torchrun (DDP)"),
+    # not --run: torchrun, which gets this command line, takes that for an abbreviation of its --run-path
+    p.add_argument("--run-key", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
+    p.add_argument("--gpus", type=int, default=0, help=f"{GPUS_HELP}; more than 1 starts it under torchrun (DDP)"),
     p.add_argument("--device", default="auto"),
     p.add_argument("--threads", type=int),
     p.add_argument("--checkpoints", required=True, type=Path),
@@ -158,15 +163,17 @@ def train_cmd(args: argparse.Namespace) -> None:
     import os
     import shutil
 
+    from splade_rescale.gpus import claim_for_job
+    claim_for_job(args.gpus, f"train {args.run_key}")
     if args.gpus > 1 and "LOCAL_RANK" not in os.environ:  # one process per GPU, this same command in each
         os.execvp("torchrun", ["torchrun", "--standalone", f"--nproc-per-node={args.gpus}",
                                shutil.which("splade-rescale") or sys.argv[0], *sys.argv[1:]])
     from splade_rescale.rule_params import RECIPE_CADENCE
     from splade_rescale.training.train import run_training
     set_threads(args.threads)
-    recipe = {**args.recipe, **(args.runtime.get("training_cadence") or {}).get(args.run, {})}
+    recipe = {**args.recipe, **(args.runtime.get("training_cadence") or {}).get(args.run_key, {})}
     if missing := [k for k in RECIPE_CADENCE if k not in recipe]:
-        raise SystemExit(f"train: no {', '.join(missing)} for run {args.run!r}: give them in --recipe or in "
+        raise SystemExit(f"train: no {', '.join(missing)} for run {args.run_key!r}: give them in --recipe or in "
                          "--runtime's training_cadence (the workflow sets it from the recipe)")
     data = {**args.data, "examples": str(args.examples)} if args.examples else args.data
     data = {**data, "prepared": str(args.prepared)} if args.prepared else data
@@ -251,6 +258,7 @@ def model_args(p: argparse.ArgumentParser) -> None:
                         "model_budget_gb, model_corpora, index_threads), as JSON; kept out of Snakemake's params "
                         "so editing them reruns nothing")
     p.add_argument("--device", default="auto")
+    p.add_argument("--gpus", type=int, default=0, help=GPUS_HELP)
     p.add_argument("--threads", type=int)
 
 
@@ -287,7 +295,10 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """
     from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.data.prepare import model_documents, prepared_docs, prepared_files_digest
+    from splade_rescale.gpus import claim_for_job
     from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
+
+    claim_for_job(args.gpus, f"encode-corpus {args.name} {args.model}")
 
     def skip(record: dict[str, Any]) -> None:
         with atomic_dir(args.out) as tmp:
@@ -321,7 +332,9 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 def encode_queries_cmd(args: argparse.Namespace) -> None:
     """Encode every dataset's judged queries with one model load (corpora: encode-corpus)."""
     from splade_rescale.atomic import write_json, write_text
+    from splade_rescale.gpus import claim_for_job
     from splade_rescale.retrieval.encode import encode_query_sets, stats_path_for
+    claim_for_job(args.gpus, f"encode-queries {args.model}")
     if record := collapsed(args.training_manifest):
         for name in args.query_sets:
             write_text(args.out_dir / f"{name}.jsonl", "")

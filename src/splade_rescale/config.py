@@ -261,9 +261,15 @@ def local_threads(config: dict[str, Any], cores: int, gpus: int) -> dict[str, in
             "lucene": max(1, min(lucene, cores - per_gpu_job * gpus))}
 
 
-def visible_gpus(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> int:
-    """NVIDIA GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES where set,
-    else the /dev/nvidiaN device files."""
+def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> list[str]:
+    """The NVIDIA GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES's entries
+    where set (up to a "-1", which hides the rest, as CUDA reads it), else one id per /dev/nvidiaN."""
     if "CUDA_VISIBLE_DEVICES" in environ:
-        return len([d for d in environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip() and d.strip() != "-1"])
-    return len([p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)])
+        ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",")]
+        return [d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d]
+    return sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)), key=int)
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> int:
+    """How many NVIDIA GPUs this process may use (:func:`visible_device_ids`)."""
+    return len(visible_device_ids(environ, dev))

@@ -10,6 +10,7 @@ from conftest import REPO
 from splade_rescale.config import local_threads, visible_gpus
 from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.costs.schedule import Job, gpu_usage, list_schedule, schedule_config
+from splade_rescale.gpus import CPU_TORCH_VAR
 from support.workflow import WITH_BIN, snakemake
 
 
@@ -87,7 +88,7 @@ def test_smaller_models_train_and_encode_first_above_every_cpu_job():
 
 
 def _paper_dry_run(*args: str, gpus_seen: str) -> tuple[str, list[dict]]:
-    env = {**WITH_BIN, "CUDA_VISIBLE_DEVICES": gpus_seen}
+    env = {**WITH_BIN, "CUDA_VISIBLE_DEVICES": gpus_seen, CPU_TORCH_VAR: "1"}  # the GPUs seen are ids only
     proc = snakemake("all", "-n", "--forceall", "--configfile", "config/config.yaml", *args, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = []
@@ -110,7 +111,7 @@ def test_the_paper_command_on_eight_cores_runs_one_gpu_job_at_a_time_beside_luce
     assert max(j["threads"] for j in lucene) + max(j["threads"] for j in gpu) <= 8
     assert min(j["priority"] for j in gpu) > max(j["priority"] for j in jobs if not j["gpu"])
     # a limit given on the command line stands; no GPU seen: no limit, the model jobs run on the CPU
-    assert "at most 2 at once (gpu=2)" in _paper_dry_run("--cores", "16", "--resources", "gpu=2", gpus_seen="0")[0]
+    assert "at most 2 at once (gpu=2)" in _paper_dry_run("--cores", "16", "--resources", "gpu=2", gpus_seen="0,1,2")[0]
     log, jobs = _paper_dry_run("--cores", "8", gpus_seen="")
     assert "GPU jobs:" not in log
     assert max(j["threads"] for j in jobs if j["rule"] == "impact_index") == 8  # 12 asked, capped at the cores

@@ -9,7 +9,8 @@ import yaml
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from splade_rescale.config import check_results_layout, gpus_per_job, local_threads, validate_config, visible_gpus
+from splade_rescale.config import check_results_layout, gpus_per_job, local_threads, validate_config, visible_device_ids
+from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
 from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.data.corpora import corpora, dataset_files
 from splade_rescale.errors import ConfigError
@@ -148,26 +149,55 @@ def gpu_count():
         raise WorkflowError(str(exc))
 
 
-# A run on one machine: GPU jobs never share the device. Every model job uses `device` (auto:
-# cuda:0), so where this process sees a GPU and no `--resources gpu=N` is given, one GPU job runs at
-# a time; where it sees none, model jobs run on the CPU side by side. Threads follow --cores so
-# that the GPU never waits behind Lucene (local_threads). A cluster job keeps the config's threads.
-# --report and --lint run no job and give no --cores: the config's threads stand.
+# A run on one machine: by default every GPU it shows runs a GPU job (train, encode) at once, each on
+# device ids of its own: a job claims free ids of the pool below and sets CUDA_VISIBLE_DEVICES to
+# them before torch starts (splade_rescale.gpus); `--resources gpu=N` runs N at once on the first N.
+# Threads follow --cores so that the GPUs never wait behind Lucene (local_threads). A cluster job
+# keeps the config's threads and the devices its scheduler gave it. --report and --lint run no job
+# and give no --cores: nothing here applies.
 try:
     CORES = workflow.cores
 except WorkflowError:
     CORES = None
 LOCAL_GPUS = 0
-if CORES and workflow.local_exec and not workflow.remote_exec and gpu_count():
-    if _resource("gpu") is None and visible_gpus():
-        workflow.register_resource("gpu", 1)
-    LOCAL_GPUS = int(_resource("gpu") or 0)
+os.environ.pop(POOL_VAR, None)  # only a run on this machine hands its jobs a pool
+if CORES and workflow.local_exec and not workflow.remote_exec:
+    TORCH = torch_build()
+    DEVICE_IDS = visible_device_ids() if gpu_count() else []
+    _cuda = f"CUDA {TORCH['cuda']}" if TORCH.get("cuda") else "no CUDA"
+    logger.info(f"torch {TORCH.get('version')} ({_cuda}); GPUs: {','.join(DEVICE_IDS) or 'none'}"
+                + ("" if gpu_count() else " used (device: cpu)"))
+    if DEVICE_IDS:
+        if not TORCH.get("cuda"):
+            if os.environ.get(CPU_TORCH_VAR) != "1":
+                raise WorkflowError(f"this machine shows {len(DEVICE_IDS)} GPU(s) but torch {TORCH.get('version')} "
+                                    "has no CUDA, so every model job would run on the CPU: `make install TORCH=cuda` "
+                                    "installs the CUDA build; `device: cpu` in the config runs on the CPU")
+            logger.warning(f"{CPU_TORCH_VAR}=1: GPU jobs claim GPUs of their own but run on the CPU")
+        if torch_device().startswith("cuda:"):
+            raise WorkflowError(f"device: {torch_device()} puts every GPU job on one GPU: use device: auto (each job "
+                                "gets GPUs of its own), and CUDA_VISIBLE_DEVICES to choose which GPUs the run uses")
+        _asked = _resource("gpu")
+        if _asked is not None and _asked > len(DEVICE_IDS):
+            logger.warning(f"--resources gpu={_asked}, but this machine shows {len(DEVICE_IDS)} GPU(s): "
+                           f"GPU jobs run {len(DEVICE_IDS)} at once")
+        workflow.register_resource("gpu", len(DEVICE_IDS) if _asked is None else min(_asked, len(DEVICE_IDS)))
+        POOL = DEVICE_IDS[:_resource("gpu")]
+        for _backbone, _spec in config["backbones"].items():
+            if _spec.get("train_gpus", 0) > len(POOL):
+                raise WorkflowError(f"backbones.{_backbone}.train_gpus: {_spec['train_gpus']}, but this run has "
+                                    f"{len(POOL)} GPU(s) ({','.join(POOL)}): lower it or give the run more GPUs")
+        os.environ[POOL_VAR] = json.dumps({"ids": POOL, "claims": str(Path(".snakemake/gpu-claims").resolve())})
+    if gpu_count():
+        LOCAL_GPUS = int(_resource("gpu") or 0)
 THREADS = local_threads(config, CORES or 0, LOCAL_GPUS)
 # Smaller models' train and encode jobs first, all above the CPU jobs (gpu_job_priorities).
 GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["published_models"]})
 if LOCAL_GPUS:
-    logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS}); threads on {CORES} cores: "
-                f"train {THREADS['train']}, encode {THREADS['encode']}, index and search {THREADS['lucene']}")
+    logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS})"
+                + (f", each on GPUs of its own of {','.join(POOL)}" if POOL_VAR in os.environ else "")
+                + f"; threads on {CORES} cores: train {THREADS['train']}, encode {THREADS['encode']}, "
+                f"index and search {THREADS['lucene']}")
 
 
 def train_gpus(backbone):

@@ -123,3 +123,17 @@ rule prepare_training_data:
     shell:
         "splade-rescale prepare-training-data --data {params.data:q} --stream {params.stream:q} "
         "--out {output.examples} > {log} 2>&1"
+
+
+localrules:
+    data,
+
+
+rule data:
+    """Every preparation above, and nothing after it: `snakemake data` makes every input local before
+    any GPU job (`--until` with these rules cannot: each waits on another's output)."""
+    input:
+        [prepared_corpus(c) for c in PREPARED_CORPORA],
+        PREPARED_QUERIES,
+        sorted(set(PREPARED_EXAMPLES.values())),
+        [res("training/examples.jsonl")] if MINED else [],

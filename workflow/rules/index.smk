@@ -37,7 +37,8 @@ rule encode_corpus:
     shell:
         "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
         "--name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input.prepared} --encoding {params.encoding:q} "
-        "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} --out {output.corpus} > {log} 2>&1"
+        "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --gpus {resources.gpu} --threads {threads} "
+        "--out {output.corpus} > {log} 2>&1"
 
 
 rule encode_queries:
@@ -73,7 +74,8 @@ rule encode_queries:
     shell:
         "splade-rescale encode-queries --model {input.model} --training-manifest {input.manifest} "
         "--query-sets {params.query_sets:q} --encoding {params.encoding:q} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
-        "--device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} --out-dir {params.out_dir} > {log} 2>&1"
+        "--device \"$SPLADE_RESCALE_DEVICE\" --gpus {resources.gpu} --threads {threads} --out-dir {params.out_dir} "
+        "> {log} 2>&1"
 
 
 rule impact_index:

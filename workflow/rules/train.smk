@@ -60,7 +60,7 @@ rule train:
     shell:
         "splade-rescale train --gpus {resources.gpu} --init {input.init} --recipe {params.recipe:q} "
         "--data {params.data:q} {params.examples} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
-        "--run {wildcards.backbone}/{wildcards.variant} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} "
+        "--run-key {wildcards.backbone}/{wildcards.variant} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} "
         "--checkpoints {params.checkpoints} --final {output.model} --log-csv {output.log_csv} "
         "--record {output.record} --series {output.series} > {log} 2>&1"
 

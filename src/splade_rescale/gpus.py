@@ -1,0 +1,116 @@
+"""GPUs on one machine: which torch build is installed, and each GPU job's claim on device ids of its own.
+
+Standard library only, so that the workflow's main process and a job's first lines run it before
+(or without) importing torch.
+
+A run on one machine lets ``--resources gpu=N`` GPU jobs start at once; this is what gives each of
+them its own devices. The workflow hands its jobs the pool of device ids it saw at start
+(:data:`POOL_VAR`). A job asking for g GPUs takes g ids of the pool that no running job holds, each
+by an exclusive ``flock`` on a lock file per id, and sets ``CUDA_VISIBLE_DEVICES`` to them before
+torch starts. The locks belong to the job's process (kept across ``exec``, so a torchrun that
+replaces it holds them), and the kernel drops them when it ends, however it ends (SIGKILL
+included): no claim outlives its job, so none blocks the next job or the next run.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import time
+from collections.abc import MutableMapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# JSON {"ids": [...], "claims": folder}: set by the workflow for the jobs of a run on one machine
+POOL_VAR = "SPLADE_RESCALE_GPU_POOL"
+# "1": GPU jobs may run on a torch without CUDA where GPUs are visible. The workflow otherwise stops
+# there (the silent-CPU trap of a CPU install on a GPU machine); the tests set it to run the device
+# claims of a GPU machine on a CPU torch.
+CPU_TORCH_VAR = "SPLADE_RESCALE_ALLOW_CPU_TORCH"
+
+
+def torch_build() -> dict[str, str | None]:
+    """The installed torch's version and the CUDA it was built with (None: a CPU build), read from
+    ``torch/version.py`` without importing torch (an import costs seconds); {} without torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    values: dict[str, str | None] = {"version": None, "cuda": None}
+    for node in ast.parse(path.read_text()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        name = {"__version__": "version", "cuda": "cuda"}.get(getattr(target, "id", ""))
+        if name and isinstance(node.value, ast.Constant):
+            values[name] = node.value.value
+    return values
+
+
+def _lock_path(folder: Path, device: str) -> Path:
+    return folder / f"gpu-{device.replace('/', '_')}.lock"
+
+
+def _try_claim(pool: Sequence[str], count: int, folder: Path, holder: str) -> list[tuple[str, int]]:
+    """``count`` ids of ``pool`` (in pool order) locked for this process, or [] with none kept."""
+    held: list[tuple[str, int]] = []
+    for device in pool:
+        fd = os.open(_lock_path(folder, device), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, holder.encode())
+        held.append((device, fd))
+        if len(held) == count:
+            return held
+    for _, fd in held:  # all or nothing: a part claim held while waiting could deadlock two DDP jobs
+        os.close(fd)
+    return []
+
+
+def holders(pool: Sequence[str], folder: Path) -> dict[str, str]:
+    """What each id's lock file says of its last holder (for a message; a free id may show one)."""
+    return {d: p.read_text().strip() for d in pool if (p := _lock_path(folder, d)).is_file()}
+
+
+def claim(pool: Sequence[str], count: int, folder: Path, holder: str, poll_s: float = 0.2) -> list[str]:
+    """Lock ``count`` free ids of ``pool`` for this process and return them; waits while fewer are free.
+
+    Within one run Snakemake's ``gpu`` resource keeps a free id for every job it starts, so a wait
+    lasts only as long as a just-ended job's exit; longer, another run in the same folder holds them.
+    """
+    if count > len(pool):
+        raise ValueError(f"a job asks for {count} GPUs, but the run's pool has {len(pool)}: {','.join(pool)}")
+    folder.mkdir(parents=True, exist_ok=True)
+    waiting = False
+    while not (held := _try_claim(pool, count, folder, holder)):
+        if not waiting:
+            log.info("waiting for %d free GPU(s) of %s; held: %s", count, ",".join(pool), holders(pool, folder))
+            waiting = True
+        time.sleep(poll_s)
+    for _, fd in held:  # open for the life of the process, and across an exec (torchrun)
+        os.set_inheritable(fd, True)
+    return [device for device, _ in held]
+
+
+def claim_for_job(gpus: int, job: str, environ: MutableMapping[str, str] = os.environ) -> list[str]:
+    """The devices of a GPU job of a run on one machine: ``gpus`` ids claimed from the workflow's
+    pool and set as CUDA_VISIBLE_DEVICES (torch then numbers them 0..gpus-1, so a DDP rank's
+    LOCAL_RANK indexes them), named in the job's first log line. Nothing where no pool is given
+    (a cluster job: its scheduler chose the devices), for a job without GPUs, or in a torchrun rank
+    (its launcher claimed them)."""
+    spec = environ.get(POOL_VAR)
+    if not spec or gpus <= 0 or "LOCAL_RANK" in environ:
+        return []
+    pool = json.loads(spec)
+    ids = claim(pool["ids"], gpus, Path(pool["claims"]), f"pid {os.getpid()}: {job}")
+    environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+    log.info("devices: CUDA_VISIBLE_DEVICES=%s (pid %d; %d of the run's GPUs %s)", ",".join(ids), os.getpid(),
+             gpus, ",".join(pool["ids"]))
+    return ids
