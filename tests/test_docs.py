@@ -202,7 +202,7 @@ def checked_for_timings(name: str) -> bool:
 MEASURED_EXAMPLES = (
     "the demo took 741 _s on the project's machine",
     "# the demo's first evaluation took\n# 43 _s in a fresh environment",
-    "bench_scale.py   # 25k to 200k documents; ~8 _min on 2 cores",
+    "bench_encode.py   # 25k to 200k documents; ~8 _min on 2 cores",
     "the four trainings (91 _s) ran side by side",
     "two trainings side by side: 76 _s with spinning, 45 _s passive",
     "collecting the whole suite again cost 8-12 _s of",
