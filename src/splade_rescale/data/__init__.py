@@ -1,2 +1,2 @@
-"""Evaluation data: datasets, shared corpora, the published collection sizes and the CPU
-preparation jobs; fixtures/ builds the demo's and the rehearsal's data."""
+"""Evaluation data: datasets, shared corpora and the CPU preparation jobs; fixtures/ builds the
+demo's data."""
