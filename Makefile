@@ -28,7 +28,7 @@ STAMP := $(VENV)/.installed-$(TORCH)
 # torch==2.13.0, since a local version label meets that pin).
 OTHER_STAMPS := $(filter-out $(STAMP),$(wildcard $(VENV)/.installed*))
 
-.PHONY: install demo miniature test test-slurm dryrun lint clean-results plan rehearsal
+.PHONY: install demo miniature test test-slurm dryrun lint clean-results plan
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,12 +62,9 @@ miniature: $(STAMP)
 # and runs while the other modules' tests use the other core. OMP_WAIT_POLICY=PASSIVE: two workers
 # oversubscribe the cores, and torch's OpenMP threads would otherwise spin while they wait (measured:
 # docs/measurements.md).
-# Then tests/serial/ alone (the `serial` tests, not the whole suite collected again): they compare
-# wall times of two runs, which a busy neighbour skews.
 test: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(CORES) \
 		--dist loadscope --no-loadscope-reorder -m "not serial" --durations=15
-	$(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -m serial --durations=5 tests/serial
 
 # A real SLURM (Debian's slurm-wlm + munge, installed here if missing) on this host, in a
 # temporary folder: tests/workflow/test_slurm_cluster.py, skipped by `make test` (no env var there).
@@ -79,32 +76,11 @@ test-slurm: $(STAMP)
 dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8
 
-# The paper run's bill before it starts (results/paper/plan.md); THROUGHPUTS=your.json to use your own figures.
+# The paper run's bill before it starts, and its schedule on this machine (results/<experiment>/plan.md and
+# plan.json; docs/costs.md): CONFIG=, CORES= (default all), GPUS= (default 1), THROUGHPUTS=your.json.
 plan: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
-		$(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))
-
-# Scale rehearsal (config/rehearsal.yaml): the paper's DAG at its shape on CPU, offline. Builds its data
-# (results/rehearsal-data), runs the workflow while sampling its results folder for the peak disk
-# (results/rehearsal/disk.tsv; per-job time, RSS and bytes written: results/rehearsal/benchmarks/*), fits CPU
-# throughputs to the run (results/rehearsal/throughputs-cpu.json) and prints the measured table with the
-# plan's prediction beside it (results/rehearsal/measured.md; fails outside +-35%). The default data are
-# sized for half an hour on 2 cores; the paper's shape at 200,000 passages takes longer (docs/measurements.md):
-# make rehearsal PASSAGES=200000 DEV_QUERIES=1000 BEIR_DOCS=20000 LONG_QUERIES=1406
-PASSAGES ?= 5000
-DEV_QUERIES ?= 200
-BEIR_DOCS ?= 2000
-LONG_QUERIES ?= 300
-REHEARSAL := PATH=$(CURDIR)/$(BIN):$$PATH
-rehearsal: $(STAMP)
-	$(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal build --out results/rehearsal-data \
-		--passages $(PASSAGES) --dev-queries $(DEV_QUERIES) --beir-docs $(BEIR_DOCS) --long-queries $(LONG_QUERIES)
-	$(SHORT_JVM) $(REHEARSAL) $(BIN)/python -m splade_rescale.data.fixtures.rehearsal watch --folder results/rehearsal \
-		--out results/rehearsal/disk.tsv -- $(BIN)/snakemake all --cores $(CORES) --configfile config/rehearsal.yaml
-	$(REHEARSAL) $(BIN)/splade-rescale fit-throughputs --configfile config/rehearsal.yaml \
-		--out results/rehearsal/throughputs-cpu.json
-	$(REHEARSAL) $(BIN)/splade-rescale rehearsal-report --configfile config/rehearsal.yaml \
-		--throughputs results/rehearsal/throughputs-cpu.json
+		$(if $(PLAN_CORES),--cores $(PLAN_CORES)) $(if $(GPUS),--gpus $(GPUS)) $(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))
 
 # ruff (pyproject.toml [tool.ruff]) on the package, tests and benchmarks, and Snakemake's own lint of the
 # rules; tests/test_lint.py and tests/workflow/test_workflow.py run the same two checks in `make test`.

@@ -11,8 +11,8 @@ from conftest import REPO
 
 PACKAGE = REPO / "src" / "splade_rescale"
 TESTS = REPO / "tests"
-# Test folders that mirror no subpackage: the workflow, the benchmark scripts, the serial phase, helpers.
-OWN_FOLDERS = {"workflow", "benchmarks", "serial", "support"}
+# Test folders that mirror no subpackage: the workflow, the benchmark scripts, helpers.
+OWN_FOLDERS = {"workflow", "benchmarks", "support"}
 SIZE_LIMIT = 400
 SIZE_REASON = re.compile(r"\b\d{3} lines\b")
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from conftest import REPO
-from splade_rescale.costs.inputs import load_plan_config
+from splade_rescale.config import load_config
 from splade_rescale.data.corpora import dataset_files
 from splade_rescale.rule_params import (
     backbone_spec,
@@ -23,7 +23,7 @@ from splade_rescale.rule_params import (
 from splade_rescale.training.data import streamed_files
 from splade_rescale.training.recipes import resolve_recipe
 
-DEMO = load_plan_config(REPO / "config/demo.yaml")  # as the Snakefile sees it: recipes merged, defaults filled
+DEMO = load_config(REPO / "config/demo.yaml")  # as the Snakefile sees it: recipes merged, defaults filled
 
 
 def _recipe() -> dict:

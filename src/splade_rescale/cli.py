@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -506,73 +507,17 @@ def expected_cmd(args: argparse.Namespace) -> None:
 
 @command("plan", lambda p: (
     p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
-    p.add_argument("--throughputs", type=Path, default=None, help="per-unit costs (default config/throughputs.json)"),
-    p.add_argument("--out", type=Path, help="default results/{experiment}/plan.md"),
-    p.add_argument("--cores", type=int, help="also schedule the run on this many cores: for a GPU config the GPU's "
-                   "busy and idle hours; for a CPU config (device: cpu) the wall time, peak and final disk from the "
-                   "throughputs' `cpu` section (default config/throughputs-cpu.json)"),
-    p.add_argument("--gpus", type=int, default=1, help="GPUs of the machine (--resources gpu=N), with --cores"),
+    p.add_argument("--throughputs", type=Path, default=None, help="per-unit figures (default config/throughputs.json)"),
+    p.add_argument("--out", type=Path, help="default results/{experiment}/plan.md (and plan.json)"),
+    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores of the machine (snakemake --cores)"),
+    p.add_argument("--gpus", type=int, default=1, help="GPUs of the machine (snakemake --resources gpu=N)"),
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
-    """The run's bill before it starts: jobs, GPU/CPU hours, disk and memory (writes --out and .json)."""
-    from splade_rescale.config import gpus_per_job
-    from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_plan_config, load_throughputs
-    from splade_rescale.costs.plan import write_plan
-    from splade_rescale.costs.schedule import schedule_config
-    args.out = args.out or Path("results") / load_plan_config(args.configfile)["experiment"] / "plan.md"
-    text = write_plan(args.configfile, args.throughputs, args.out)
-    if args.cores and gpus_per_job(load_plan_config(args.configfile)):
-        result, section = schedule_config(args.configfile, args.throughputs, args.cores, args.gpus)
-        text += "\n" + section
-        args.out.write_text(text)
-        data = json.loads(args.out.with_suffix(".json").read_text())
-        args.out.with_suffix(".json").write_text(json.dumps({**data, "schedule": result}, indent=1) + "\n")
-    elif args.cores:
-        from splade_rescale.costs.fit_throughputs import predict_config, render_prediction
-        throughputs = load_throughputs(args.throughputs or THROUGHPUTS_CPU_PATH)
-        if "cpu" not in throughputs:
-            throughputs["cpu"] = load_throughputs(THROUGHPUTS_CPU_PATH)["cpu"]
-        text += "\n" + render_prediction(predict_config(args.configfile, throughputs, args.cores), args.cores,
-                                         throughputs["cpu"])
-        args.out.write_text(text)
-    print(text)
-
-
-@command("fit-throughputs", lambda p: (
-    p.add_argument("--configfile", required=True, type=Path, help="the config of the finished run"),
-    p.add_argument("--run", type=Path, default=Path("."), help="the folder the run ran in (holds results/)"),
-    p.add_argument("--targets", nargs="+", default=["all"]),
-    p.add_argument("--machine", help="how to label the figures (default: CPU model and cores)"),
-    p.add_argument("--out", type=Path, required=True, help="throughputs JSON: config/throughputs.json + a cpu section"),
-))
-def fit_throughputs_cmd(args: argparse.Namespace) -> None:
-    """CPU throughputs (per rule: fixed s + s per unit, bytes) fitted to a finished run's benchmarks."""
-    from splade_rescale.atomic import write_json
-    from splade_rescale.costs.fit_throughputs import fit_throughputs
-    from splade_rescale.costs.inputs import THROUGHPUTS_CPU_PATH, load_throughputs
-    throughputs = load_throughputs(THROUGHPUTS_CPU_PATH)  # its cpu section: rates for one-size rules
-    throughputs["cpu"] = fit_throughputs(args.configfile, args.run, args.targets, throughputs, args.machine)
-    write_json(args.out, throughputs)
-    print(f"wrote {args.out}")
-
-
-@command("rehearsal-report", lambda p: (
-    p.add_argument("--configfile", required=True, type=Path),
-    p.add_argument("--throughputs", required=True, type=Path,
-                   help="with a cpu section (splade-rescale fit-throughputs)"),
-    p.add_argument("--run", type=Path, default=Path(".")),
-    p.add_argument("--targets", nargs="+", default=["all"]),
-    p.add_argument("--out-dir", type=Path, help="default results/{experiment}"),
-))
-def rehearsal_report_cmd(args: argparse.Namespace) -> None:
-    """A finished run's measured table and the plan's prediction beside it (measured.md); fails outside +-35%."""
-    from splade_rescale.costs.fit_throughputs import report
-    from splade_rescale.costs.inputs import load_plan_config
-    args.out_dir = args.out_dir or args.run / "results" / load_plan_config(args.configfile)["experiment"]
-    text, ok = report(args.configfile, args.throughputs, args.out_dir, args.run, args.targets)
-    print(text)
-    if not ok:
-        raise RuntimeError("a predicted figure is outside +-35% of the measured one (see measured.md)")
+    """The run's bill before it starts (jobs, GPU- and core-hours, disk, memory) and its schedule."""
+    from splade_rescale.config import load_config
+    from splade_rescale.costs.schedule import plan_run
+    out = args.out or Path("results") / load_config(args.configfile)["experiment"] / "plan.md"
+    print(plan_run(args.configfile, args.throughputs, args.cores, args.gpus, out)[1])
 
 
 def build_parser() -> argparse.ArgumentParser:

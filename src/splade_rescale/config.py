@@ -211,12 +211,19 @@ def check_vocab_transfer(name: str, variant: dict[str, Any]) -> None:
 
 
 def load_config(*paths: str | Path) -> dict[str, Any]:
-    """Merge YAML files left to right (later keys win at the top level) and validate."""
+    """A config as the workflow sees it (workflow/rules/common.smk): the files merged left to right as
+    Snakemake merges --configfile (nested keys too), config/recipes.yaml's recipes under the config's,
+    validated, the schema's defaults filled."""
+    from snakemake.utils import update_config, validate
+
     config: dict[str, Any] = {}
     for path in paths:
         with open(path) as f:
-            config.update(yaml.safe_load(f) or {})
+            update_config(config, yaml.safe_load(f) or {})
+    with open(SCHEMA_PATH.parents[2] / "config" / "recipes.yaml") as f:
+        config["recipes"] = {**yaml.safe_load(f)["recipes"], **config.get("recipes", {})}
     validate_config(config)
+    validate(config, str(SCHEMA_PATH))
     return config
 
 

@@ -28,11 +28,11 @@ RECIPE_PROSE = ("source",)
 # Recipe keys of the sparsity verdict (splade_rescale.training.verdict): they judge a finished run.
 VERDICT_KEYS = ("collapse_min_nnz", "collapse_near_empty_q", "collapse_near_empty_d", "collapse_dense_fraction",
                 "collapse_window")
-# A backbone's keys that do not change its checkpoint: how many GPUs train it, and a length limit
-# that only the config check reads.
-BACKBONE_NOT_FETCHED = ("train_gpus", "max_length")
-# A published model's figures and encoding lengths: they do not change the checkpoint fetched.
-PUBLISHED_NOT_FETCHED = ("published", "encoding")
+# A backbone's keys that do not change its checkpoint: how many GPUs train it, a length limit
+# that only the config check reads, and the shape only the plan and the job order read.
+BACKBONE_NOT_FETCHED = ("train_gpus", "max_length", "shape")
+# A published model's figures, encoding lengths and shape: they do not change the checkpoint fetched.
+PUBLISHED_NOT_FETCHED = ("published", "encoding", "shape")
 # What tables and figures read of the config (splade_rescale.report); runtime sections stay out.
 REPORT_SECTIONS = ("experiment", "backbones", "variants", "reference_backbone", "published_models", "bm25",
                    "datasets")
@@ -169,6 +169,9 @@ def report_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """What tables read of the config; backbones without their runtime keys."""
     out = {k: config[k] for k in REPORT_SECTIONS if k in config}
     out["backbones"] = {name: backbone_spec(spec) for name, spec in config["backbones"].items()}
+    if "published_models" in out:
+        out["published_models"] = {name: {k: v for k, v in spec.items() if k != "shape"}
+                                   for name, spec in out["published_models"].items()}
     return out
 
 

@@ -25,7 +25,7 @@ from splade_rescale.data.prepare import model_documents, prepare_corpus, prepare
 from splade_rescale.retrieval import encode
 from splade_rescale.retrieval.sparse_rows import sparsify
 
-SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # not in plan.CORPUS_SIZES
+SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # unknown to ir_datasets
 N_DOCS, SAMPLE, VOCAB = 100, 20, 1000
 
 
@@ -124,7 +124,7 @@ def test_a_model_over_its_budget_across_corpora_is_too_dense_on_each(unbuilt_ird
 
 def test_the_model_total_counts_corpora_not_prepared_yet(tmp_path: Path, caplog) -> None:
     """An encode can start before another corpus's preparation ends: that corpus is counted from
-    its local files or taken from the published size, never downloaded; an unknown one is left out."""
+    its local files or taken from ir_datasets' shipped metadata, never downloaded; an unknown one is left out."""
     local = tmp_path / "corpus.jsonl"
     local.write_text("".join(json.dumps({"_id": f"d{i}", "text": "x"}) + "\n" for i in range(7)))
     done = tmp_path / "done.json"

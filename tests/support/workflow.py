@@ -30,8 +30,7 @@ def snakemake(*args: str, cwd: Path = REPO, env: dict[str, str] = WITH_BIN,
 
 
 def job_counts(output: str) -> dict[str, int]:
-    """The dry run's first "Job stats" table as {rule: count, "total": count}, the shape of
-    ``costs.plan.planned_jobs``."""
+    """The dry run's first "Job stats" table as {rule: count, "total": count}."""
     assert "Job stats:" in output, output[-3000:]
     counts = {}
     for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", output[output.index("Job stats:"):], re.M):

@@ -68,9 +68,6 @@ def test_a_per_seed_override_for_a_seed_not_trained_is_refused() -> None:
 
 
 def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: Path) -> None:
-    from splade_rescale.costs.inputs import load_plan_config
-    from splade_rescale.costs.plan import planned_jobs
-
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config["training"]["seeds"] = [0, 1]
     path = tmp_path / "seeds.yaml"
@@ -84,7 +81,6 @@ def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: 
     assert counts["encode_queries"] == backbones * variants * seeds
     assert counts["encode_corpus"] == counts["impact_index"] == backbones * variants * seeds * corpora
     assert counts["evaluate"] == backbones * variants * seeds * datasets
-    assert {k: v for k, v in planned_jobs(load_plan_config(path)).items()} == counts
     assert "results/demo/models/minilm/rescaled/seed-1/final" in proc.stdout
     assert "results/demo/metrics/minilm-x16/baseline/seed-0/scifact.json" in proc.stdout
     assert "results/demo/models/minilm/rescaled/init" in proc.stdout

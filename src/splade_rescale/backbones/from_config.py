@@ -1,6 +1,6 @@
 """Backbones built from a config with random weights (``source: config``).
 
-For rehearsals at the paper's shape without the Hub, smoke runs and tests: a BERT or
+For smoke runs and tests at a model's shape without the Hub: a BERT or
 ModernBERT masked LM of given sizes (ModernBERT with its global/local attention layout),
 randomly initialised with a fixed seed, plus a real tokenizer. Its head starts as the GPU
 acceptance check's does (identity transform, decoder bias three standard deviations of the

@@ -1,21 +1,10 @@
-"""The bill of a run before it starts: jobs, GPU- and CPU-hours, disk and memory.
+"""The bill of a run before it starts: GPU-hours, core-hours, disk and peak memory per model.
 
-``splade-rescale plan --configfile config/config.yaml`` multiplies three things:
-
-* the jobs Snakemake plans for the config, counted with the functions the workflow uses
-  (:func:`splade_rescale.data.corpora.corpora`, backbones x variants + published models;
-  ``tests/costs/test_plan.py`` checks the counts against a dry run);
-* the sizes of its datasets (:mod:`splade_rescale.costs.sizes`): the published collections'
-  table with its sources, and local collections (``beir_local``, ``trec_local``, ``subset:``)
-  counted from their files;
-* per-unit costs from a throughputs JSON (``config/throughputs.json`` by default): GPU
-  documents/s and training queries/s per architecture, scaled to a model by parameter count
-  (:mod:`splade_rescale.costs.model_shapes`) and to a text by tokens; Lucene documents/s and
-  queries/s per thread; bytes per document.
-
-Every figure is an estimate from those inputs; the plan prints its assumptions with it
-(:mod:`splade_rescale.costs.plan_report`). The schedule of those jobs on N cores is
-:mod:`splade_rescale.costs.schedule`.
+Sizes: each model's from its config.json (:mod:`.model_shapes`); each corpus's and query set's
+count from ir_datasets' shipped metadata or the local files, their mean words from the
+throughputs file's table (BEIR's published means) or the local files. Per-unit figures:
+``config/throughputs.json``, each measured and dated there. Every figure is an estimate from
+those inputs; :data:`ASSUMPTIONS` says how.
 """
 
 from __future__ import annotations
@@ -23,306 +12,257 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from splade_rescale.config import query_max_length
-from splade_rescale.costs.inputs import (
-    REPO,
-    THROUGHPUTS_PATH,
-    PlanError,
-    load_plan_config,
-    load_throughputs,
-)
-from splade_rescale.costs.model_shapes import ModelShape, model_shape, token_cost, train_work_per_query
-from splade_rescale.costs.plan_report import render_markdown
-from splade_rescale.costs.sizes import LONG_QUERY_TOKENS, corpus_size, query_size, tokens, training_histograms
-from splade_rescale.data.collection_sizes import Size
+from splade_rescale.costs.model_shapes import ModelShape, model_shape
 from splade_rescale.data.corpora import corpora
 from splade_rescale.runs import PUBLISHED_RUN, split_run
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 
+THROUGHPUTS_PATH = Path(__file__).resolve().parents[3] / "config" / "throughputs.json"
 GIB = 1024 ** 3
+LONG_QUERY_TOKENS = 64  # a longer query searches as a long (ArguAna-like) one
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    count: int
+    words: float  # mean words a text
+    source: str   # where both come from
+
+
+def load_throughputs(path: str | Path | None = None) -> dict[str, Any]:
+    path = Path(path or THROUGHPUTS_PATH)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"throughputs file {path}: {exc}; fix: pass a JSON shaped like config/throughputs.json")
 
 
 def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, run) of every model that is encoded, indexed and evaluated: one per training seed
-    of each backbone x variant (the run is the variant's name for one seed), then the published models."""
+    """(name, run) of every model encoded and evaluated: each backbone x variant's runs, then the published ones."""
     return ([(b, run) for b in config["backbones"] for v in config["variants"] for run in seed_runs(config, b, v)]
-            + [(m, PUBLISHED_RUN) for m in config.get("published_models") or {}])
+            + [(m, PUBLISHED_RUN) for m in config["published_models"]])
 
 
-def planned_jobs(config: Mapping[str, Any]) -> dict[str, int]:
-    """Jobs per rule that ``snakemake all`` plans for a config from scratch (its 'Job stats')."""
-    from splade_rescale.data.prepare import training_corpus
-    from splade_rescale.training.data import run_stream, stream_name
-
-    _, corpus_specs = corpora(config["datasets"])
-    n_back, n_var = len(config["backbones"]), len(config["variants"])
-    n_models, n_corpora, n_datasets = len(models(config)), len(corpus_specs), len(config["datasets"])
-    n_runs = sum(run != PUBLISHED_RUN for _, run in models(config))
-    data = config["training"]["data"]
-    jobs = {
-        "fetch_backbone": n_back, "norms_backbone": n_back, "backbone_summary": n_back,
-        "rescale_head": n_back * n_var, "norms_variant": n_back * n_var, "train": n_runs,
-        "judge_training": n_runs,
-        # settings records (workflow/rules/settings.smk): per model name its corpus and query encoding,
-        # per dataset its queries, search and evaluation
-        "settings": 2 * len({name for name, _ in models(config)}) + 3 * n_datasets,
-        "fetch_published_model": len(config.get("published_models") or {}),
-        "mine_negatives": int(data["source"] == "beir_local" and data.get("negatives") == "bm25"),
-        "encode_corpus": n_models * n_corpora, "impact_index": n_models * n_corpora,
-        "encode_queries": n_models, "impact_retrieve": n_models * n_datasets,
-        "evaluate": n_models * n_datasets,
-        "bm25_index": n_corpora, "bm25_retrieve": n_datasets, "evaluate_bm25": n_datasets,
-        "norms_table": 1, "tables": 1, "figures": 1, "all": 1,
-    }
-    # data preparation (workflow/rules/data.smk): every corpus counted or its docs store built, the
-    # training source's store too; ir_datasets queries fetched; one examples file per distinct stream
-    training_store = training_corpus(data, corpus_specs)
-    jobs["prepare_corpus"] = n_corpora + int(bool(training_store) and training_store[0] not in corpus_specs)
-    jobs["prepare_queries"] = sum(spec["source"] == "ir_datasets" for spec in config["datasets"].values())
-    jobs["prepare_training_source"] = int(data["source"] == "ir_datasets")
-    jobs["prepare_training_data"] = len({stream_name(run_stream(resolve_recipe(config, b, run)))
-                                         for b, run in models(config) if run != PUBLISHED_RUN}
-                                        ) if data["source"] in ("ir_datasets", "tsv_triples") else 0
-    jobs = {rule: n for rule, n in jobs.items() if n}
-    jobs["total"] = sum(jobs.values())
-    return jobs
+def _counted(texts: Iterable[str], source: str) -> Size:
+    n = words = 0
+    for text in texts:
+        n, words = n + 1, words + len(text.split())
+    return Size(n, words / max(n, 1), source)
 
 
-@dataclasses.dataclass
-class ModelCost:
-    name: str
-    variant: str
-    shape: ModelShape
-    train_gpu_h: float = 0.0
-    encode_gpu_h: float = 0.0      # corpora + queries, job start-ups included
-    query_gpu_h: float = 0.0       # the queries' share of encode_gpu_h (one job per model)
-    index_cpu_h: float = 0.0
-    retrieve_cpu_h: float = 0.0       # the search cost model's central figure (lucene.impact_search_cost)
-    retrieve_cpu_h_low: float = 0.0   # ... its stated range
-    retrieve_cpu_h_high: float = 0.0
-    shard_bytes: float = 0.0       # all of this model's corpora (temporary)
-    index_bytes: float = 0.0
-    model_bytes: float = 0.0       # init + final (+ checkpoints) folders
-    other_bytes: float = 0.0       # query vectors, runs
-    encode_corpus_h: dict[str, float] = dataclasses.field(default_factory=dict)   # per corpus, start-up included
-    index_core_h: dict[str, float] = dataclasses.field(default_factory=dict)      # per corpus
-    retrieve_core_h: dict[str, float] = dataclasses.field(default_factory=dict)   # per dataset
+def corpus_size(name: str, spec: Mapping[str, Any], root: Path, text: Mapping[str, Any]) -> Size:
+    """Documents of a corpus: ir_datasets' metadata (no download) and the table's mean words, or its local files."""
+    if spec["source"] == "ir_datasets" and not spec.get("subset"):
+        import ir_datasets
+
+        words = text["document_words"].get(spec["id"])
+        return Size(ir_datasets.load(spec["id"]).docs_count(), words or text["default_words"]["document"],
+                    "ir_datasets metadata" + ("" if words else "; words ASSUMED (text.default_words)"))
+    from splade_rescale.data.datasets import load_corpus
+
+    return _counted((t for _, t in load_corpus(name, spec, root, count=False)[0]), "counted")
 
 
-def _arch(throughputs: Mapping[str, Any], shape: ModelShape) -> dict[str, Any]:
-    archs = throughputs["gpu"]["architectures"]
-    if shape.architecture not in archs:
-        raise PlanError(f"throughputs gpu.architectures has no {shape.architecture!r}; fix: add its figures")
-    return archs[shape.architecture]
+def query_size(name: str, spec: Mapping[str, Any], root: Path, text: Mapping[str, Any]) -> Size:
+    """Queries of a dataset (all judged in the sets the paper uses)."""
+    if spec["source"] == "ir_datasets" and not spec.get("subset"):
+        import ir_datasets
+
+        words = text["query_words"].get(spec["id"])
+        return Size(ir_datasets.load(spec["id"]).queries_count(), words or text["default_words"]["query"],
+                    "ir_datasets metadata" + ("" if words else "; words ASSUMED (text.default_words)"))
+    from splade_rescale.data.datasets import load_dataset
+
+    return _counted(load_dataset(name, spec, root).queries.values(), "counted")
 
 
-def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
-    """Every figure of the plan, as plain data (``render_markdown`` prints it)."""
-    root = Path(root)
-    lucene, disk = throughputs["lucene"], throughputs["disk"]
-    tpw = float(throughputs["text"]["tokens_per_word"])
-    threads = int(config["retrieval"]["threads"])
-    k = int(config["retrieval"]["k"])
-    exponent = float(lucene["search_scaling_exponent"])
-    of_dataset, corpus_specs = corpora(config["datasets"])
-    corpus_sizes = {c: corpus_size(c, spec, root) for c, spec in corpus_specs.items()}
-    query_sizes = {d: query_size(d, spec, root) for d, spec in config["datasets"].items()}
-    train_hists = training_histograms(config["training"]["data"], root, throughputs["text"])
-
-    search_model = lucene.get("impact_search_cost")
-
-    def search_seconds(kind: str, corpus: str, query_tokens: float, doc_nnz: float | None = None,
-                       query_words: float = 0.0) -> tuple[float, float, float]:
-        """Core-seconds per query on a corpus (central, low, high).
-
-        Impact search: the cost model fitted on impact indexes up to 1M documents (work = postings
-        touched; short MS MARCO-like or long BEIR-like queries). BM25 (``query_words`` given): the
-        same model with a query's words as its terms and a document's words as its non-zeros (not
-        measured on large BM25 indexes). Without a fitted model: the measured QPS (low) to QPS
-        falling linearly with the corpus (high).
-        """
-        n = corpus_sizes[corpus].count
-        if search_model:
-            from splade_rescale.costs.retrieval_cost import predict
-
-            if kind == "bm25":
-                return predict(search_model, n, "short", query_nnz=max(1.0, query_words),
-                               doc_nnz=corpus_sizes[corpus].words)
-            return predict(search_model, n, "long" if query_tokens > LONG_QUERY_TOKENS else "short", doc_nnz=doc_nnz)
-        seconds = 1 / float(lucene[f"{kind}_search_qps_per_thread"])
-        growth = max(1.0, n / float(lucene[f"{kind}_search_index_docs"]))
-        return seconds, seconds, seconds * growth ** exponent
-
-    startup_h = float(throughputs["gpu"].get("job_startup_s", 0)) / 3600  # imports, model load, device start
-    host_dps = (throughputs.get("host") or {}).get("encode_host_docs_per_s")
-
-    rates_used: set[str] = set()
-
-    def encode_rate(measured: Mapping[str, Any], speed: float, tokens_per_text: float) -> float:
-        """Texts per second: the measured end-to-end rate, else the forward rate capped by the host's."""
-        scale = speed * measured["encode_tokens_per_doc"] / tokens_per_text
-        if measured.get("encode_e2e_docs_per_s"):
-            rates_used.add("end-to-end (gpu.architectures.*.encode_e2e_docs_per_s)")
-            return float(measured["encode_e2e_docs_per_s"]) * scale
-        forward = float(measured["encode_docs_per_s"]) * scale
-        if not host_dps:
-            rates_used.add("forward-only (encode_docs_per_s)")
-            return forward
-        rates_used.add("forward-only (encode_docs_per_s), capped at the host's rate (host.encode_host_docs_per_s)")
-        return min(forward, float(host_dps))
-
-    costs: list[ModelCost] = []
-    for name, variant in models(config):
-        published = variant == PUBLISHED_RUN
-        spec = (config["published_models"] if published else config["backbones"])[name]
-        shape = model_shape(name, spec, throughputs, root)
-        measured = _arch(throughputs, shape)
-        speed = measured["parameters"] / shape.parameters  # throughput scales inversely with parameters
-        encoding = {**config["encoding"], **(spec.get("encoding") or {})}
-        cost = ModelCost(name, variant, shape)
-        if not published:
-            recipe = resolve_recipe(config, name, variant)
-            shaped = all(k in measured for k in ("train_query_tokens", "train_doc_tokens", "train_docs_per_query",
-                                                 "layers", "hidden"))
-            work = train_work_per_query(shape, recipe, *train_hists, max(1, int(spec.get("train_gpus", 1))), shaped)
-            if shaped:  # the measured step's own lengths, attention included
-                a_measured = 2 * measured["layers"] * measured["hidden"] / measured["parameters"]
-                measured_work = (token_cost(measured["train_query_tokens"], 1, a_measured)
-                                 + token_cost(measured["train_doc_tokens"], measured["train_docs_per_query"],
-                                              a_measured))
-            else:
-                measured_work = float(measured["train_tokens_per_query"])
-            qps = measured["train_queries_per_s"] * speed * measured_work / work
-            cost.train_gpu_h = recipe["steps"] * recipe["batch_size"] / qps / 3600
-            base = split_run(variant)[0]
-            shares_init = seed_runs(config, name, base)[0] != variant  # a variant's seeds share one init/
-            cost.model_bytes = (4 * shape.parameters * (1 if shares_init else 2)
-                                + 12 * shape.parameters * recipe["keep_checkpoints"])
-        else:
-            cost.model_bytes = 4 * shape.parameters
-        for corpus, size in corpus_sizes.items():
-            dps = encode_rate(measured, speed, tokens(size.words, tpw, encoding["doc_max_length"]))
-            cost.encode_corpus_h[corpus] = size.count / dps / 3600 + startup_h
-            cost.encode_gpu_h += cost.encode_corpus_h[corpus]
-            cost.index_core_h[corpus] = size.count / float(lucene["impact_index_docs_per_s_per_thread"]) / 3600
-            cost.index_cpu_h += cost.index_core_h[corpus]
-            cost.shard_bytes += size.count * float(disk["shard_bytes_per_doc"])
-            cost.index_bytes += size.count * float(disk["impact_index_bytes_per_doc"])
-        for dataset, size in query_sizes.items():
-            q_len = query_max_length(encoding, config["datasets"][dataset])
-            cost.query_gpu_h += size.count / encode_rate(measured, speed, tokens(size.words, tpw, q_len)) / 3600
-            corpus = of_dataset[dataset]
-            central, low, high = search_seconds("impact", corpus, tokens(size.words, tpw, q_len),
-                                                encoding.get("max_active_dims"))
-            cost.retrieve_core_h[dataset] = size.count * central / 3600
-            cost.retrieve_cpu_h += size.count * central / 3600
-            cost.retrieve_cpu_h_low += size.count * low / 3600
-            cost.retrieve_cpu_h_high += size.count * high / 3600
-            cost.other_bytes += size.count * (float(disk["query_vector_bytes_per_query"])
-                                              + k * float(disk["run_bytes_per_hit"]))
-        cost.query_gpu_h += startup_h  # one encode_queries job per model
-        cost.encode_gpu_h += cost.query_gpu_h
-        costs.append(cost)
-
-    bm25_search = {d: [size.count * x / 3600 for x in search_seconds("bm25", of_dataset[d], 0, None, size.words)]
-                   for d, size in query_sizes.items()}
-    bm25 = {
-        "index_core_h": {c: s.count / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600
-                         for c, s in corpus_sizes.items()},
-        "retrieve_core_h": {d: h[0] for d, h in bm25_search.items()},
-        "index_cpu_h": sum(s.count for s in corpus_sizes.values())
-        / float(lucene["bm25_index_docs_per_s_per_thread"]) / 3600,
-        "retrieve_cpu_h": sum(h[0] for h in bm25_search.values()),
-        "retrieve_cpu_h_low": sum(h[1] for h in bm25_search.values()),
-        "retrieve_cpu_h_high": sum(h[2] for h in bm25_search.values()),
-        "index_bytes": sum(s.count * s.words for s in corpus_sizes.values()) * float(disk["bm25_index_bytes_per_word"]),
-        "run_bytes": sum(s.count * k * float(disk["run_bytes_per_hit"]) for s in query_sizes.values()),
-    }
-    backbone_bytes = sum(4 * parameters for parameters in
-                         {c.name: c.shape.parameters for c in costs if c.variant != PUBLISHED_RUN}.values())
-    final = (sum(c.index_bytes + c.model_bytes + c.other_bytes for c in costs) + bm25["index_bytes"]
-             + bm25["run_bytes"] + backbone_bytes)
-    largest_corpus = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
-    one_set = corpus_sizes[largest_corpus].count * float(disk["shard_bytes_per_doc"])
-    totals = {
-        "train_gpu_h": sum(c.train_gpu_h for c in costs),
-        "encode_gpu_h": sum(c.encode_gpu_h for c in costs),
-        "query_share_max": max(c.query_gpu_h / (c.train_gpu_h + c.encode_gpu_h) for c in costs),
-        "index_cpu_h": sum(c.index_cpu_h for c in costs) + bm25["index_cpu_h"],
-        "retrieve_cpu_h": sum(c.retrieve_cpu_h for c in costs) + bm25["retrieve_cpu_h"],
-        "retrieve_cpu_h_low": sum(c.retrieve_cpu_h_low for c in costs) + bm25["retrieve_cpu_h_low"],
-        "retrieve_cpu_h_high": sum(c.retrieve_cpu_h_high for c in costs) + bm25["retrieve_cpu_h_high"],
-        "final_bytes": final,
-        "peak_bytes": final + one_set,
-        "peak_bytes_worst": final + sum(c.shard_bytes for c in costs),
-    }
-    gpu_range = float(throughputs["gpu"].get("range_factor", 1.0))
-    for key in ("train_gpu_h", "encode_gpu_h"):
-        totals[f"{key}_low"], totals[f"{key}_high"] = totals[key] / gpu_range, totals[key] * gpu_range
-    totals["cpu_h"] = totals["index_cpu_h"] + totals["retrieve_cpu_h"]
-    totals["cpu_h_low"] = totals["index_cpu_h"] + totals["retrieve_cpu_h_low"]
-    totals["cpu_h_high"] = totals["index_cpu_h"] + totals["retrieve_cpu_h_high"]
-    return {
-        "encode_rate": " and ".join(sorted(rates_used)),
-        "config": config.get("experiment"), "threads": threads, "k": k, "jobs": planned_jobs(config),
-        "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
-        "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
-        "models": [dataclasses.asdict(c) for c in costs], "bm25": bm25, "totals": totals,
-        "largest_corpus": largest_corpus,
-        "train_gpus": {b: int(spec["train_gpus"]) for b, spec in config["backbones"].items() if "train_gpus" in spec},
-        "ram": peak_ram(config, costs, corpus_sizes, throughputs),
-    }
+def tokens(words: float, tokens_per_word: float, max_length: int) -> float:
+    """Mean tokens of a text of ``words`` words, special tokens included, cut at ``max_length``."""
+    return min(float(max_length), 2 + words * tokens_per_word)
 
 
-def peak_ram(config: Mapping[str, Any], costs: list[ModelCost], corpus_sizes: Mapping[str, Size],
-             throughputs: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """Peak memory per job type (GiB), the largest over the models, from explicit formulas.
-
-    GPU, training: 16 B per parameter (fp32 weights and gradients, two AdamW moments) + activations
-    of 34 B x hidden per token per layer (Korthikanti et al. 2022, 'Reducing Activation Recomputation
-    in Large Transformer Models', bf16 without the attention-score term: SDPA/flash attention) over a
-    batch padded to the recipe's maxima + one fp32 vocabulary chunk of the fused head (tokens x chunk).
-    GPU, encoding: fp32 weights + one layer's activations and one vocabulary chunk for a batch.
-    Host: the throughputs file's floor + the model + document ids (encoding). Lucene: the JVM heap.
-    """
-    floor = float(throughputs["host"]["gpu_job_floor_gib"]) * GIB
-    heap = float(throughputs["lucene"]["jvm_heap_gib"]) * GIB
-    encoding = config["encoding"]
-    biggest = max(s.count for s in corpus_sizes.values())
-    out: dict[str, dict[str, float]] = {"train": {"gpu": 0.0, "host": 0.0}, "encode_corpus": {"gpu": 0.0, "host": 0.0}}
-    for c in costs:
-        s = c.shape
-        batch_tokens = encoding["batch_size"] * encoding["doc_max_length"]
-        enc_gpu = 4 * s.parameters + batch_tokens * (34 * s.hidden + 4 * 8192)
-        out["encode_corpus"]["gpu"] = max(out["encode_corpus"]["gpu"], enc_gpu / GIB)
-        host = (floor + 4 * s.parameters + 90 * biggest) / GIB
-        out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"], host)
-        if c.variant == PUBLISHED_RUN:
-            continue
-        r = resolve_recipe(config, c.name, c.variant)
-        step_tokens = r["batch_size"] * (r["query_max_length"] + (1 + r["negatives_per_query"]) * r["doc_max_length"])
-        train_gpu = 16 * s.parameters + step_tokens * (34 * s.hidden * s.layers + 4 * r["chunk_size"])
-        out["train"]["gpu"] = max(out["train"]["gpu"], train_gpu / GIB)
-        out["train"]["host"] = max(out["train"]["host"], (floor + 4 * s.parameters) / GIB)
-    largest_index = biggest * float(throughputs["disk"]["impact_index_bytes_per_doc"])
-    out["impact_index"] = {"gpu": 0.0, "host": heap / GIB}
-    out["impact_retrieve"] = {"gpu": 0.0, "host": heap / GIB, "mapped_index": largest_index / GIB}
-    out["bm25_index"] = {"gpu": 0.0, "host": heap / GIB}
+def expected_longest(histogram: list[list[int]], n: int, max_length: int) -> float:
+    """Expected tokens of the longest of ``n`` texts drawn from a [tokens, count] histogram, cut at
+    ``max_length``: what a micro-batch of ``n`` texts is padded to."""
+    total, out, below = sum(c for _, c in histogram), 0.0, 0
+    for length, count in histogram:
+        out += min(length, max_length) * (((below + count) / total) ** n - (below / total) ** n)
+        below += count
     return out
 
 
-def write_plan(configfile: str | Path, throughputs_file: str | Path | None, out: str | Path,
-               root: str | Path = ".") -> str:
-    """Build the plan of a config, write it to ``out`` (Markdown, plus the data as JSON beside it)."""
-    throughputs_path = Path(throughputs_file or THROUGHPUTS_PATH)
-    plan = build_plan(load_plan_config(configfile), load_throughputs(throughputs_path), root)
-    shown = throughputs_path.resolve()
-    shown = shown.relative_to(REPO) if shown.is_relative_to(REPO) else shown
-    text = render_markdown(plan, str(configfile), str(shown))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    out.with_suffix(".json").write_text(json.dumps(plan, indent=1) + "\n")
-    return text
+def train_tokens_per_query(recipe: Mapping[str, Any], data: Mapping[str, Any], text: Mapping[str, Any],
+                           processes: int) -> float:
+    """Tokens one training query costs: its micro-batch's queries padded to their longest, its positives
+    and negatives together to theirs (MS MARCO's measured lengths; other data: the recipe's maxima)."""
+    per_rank = max(1, -(-recipe["batch_size"] // (recipe["grad_accumulation"] * processes)))
+    n_docs = 1 + recipe["negatives_per_query"]
+    q_max, d_max = recipe["query_max_length"], recipe["doc_max_length"]
+    if data["source"] == "ir_datasets" and str(data.get("id", "")).startswith("msmarco-passage"):
+        q_max = expected_longest(text["msmarco_query_tokens"], per_rank, q_max)
+        d_max = expected_longest(text["msmarco_passage_tokens"], per_rank * n_docs, d_max)
+    return q_max + n_docs * d_max
+
+
+def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
+    """Every figure of the bill, per model and in total, as plain data."""
+    root = Path(root)
+    lucene, disk, text = throughputs["lucene"], throughputs["disk"], throughputs["text"]
+    tpw, k = float(text["tokens_per_word"]), int(config["retrieval"]["k"])
+    of_dataset, corpus_specs = corpora(config["datasets"])
+    corpus_sizes = {c: corpus_size(c, s, root, text) for c, s in corpus_specs.items()}
+    query_sizes = {d: query_size(d, s, root, text) for d, s in config["datasets"].items()}
+    startup_h = float(throughputs["gpu"]["job_startup_s"]) / 3600
+
+    def search_core_h(queries: Size, corpus: str, query_tokens: float) -> float:
+        a, b = lucene["search_s_per_query"]["long" if query_tokens > LONG_QUERY_TOKENS else "short"]
+        return queries.count * (a + b * corpus_sizes[corpus].count / 1e6) / 3600
+
+    rows, shapes = [], {}
+    for name, run in models(config):
+        published = run == PUBLISHED_RUN
+        where = "published_models" if published else "backbones"
+        spec = config[where][name]
+        shape = shapes[name] = shapes.get(name) or model_shape(name, spec, root, where=where)
+        measured = throughputs["gpu"]["architectures"]["modernbert" if shape.model_type == "modernbert" else "bert"]
+        speed = measured["parameters"] / shape.parameters  # throughput scales inversely with parameters
+        encoding = {**config["encoding"], **(spec.get("encoding") or {})}
+
+        def encode_h(size: Size, max_length: int) -> float:
+            per_s = measured["encode_docs_per_s"] * speed * measured["encode_tokens_per_doc"] / tokens(
+                size.words, tpw, max_length)
+            return size.count / per_s / 3600 + startup_h
+
+        row: dict[str, Any] = {"name": name, "variant": run, "shape": dataclasses.asdict(shape), "train_gpu_h": 0.0}
+        if not published:
+            recipe = resolve_recipe(config, name, run)
+            work = train_tokens_per_query(recipe, config["training"]["data"], text, int(spec.get("train_gpus", 1)))
+            qps = measured["train_queries_per_s"] * speed * measured["train_tokens_per_query"] / work
+            row["train_gpu_h"] = recipe["steps"] * recipe["batch_size"] / qps / 3600 + startup_h
+            shares_init = seed_runs(config, name, split_run(run)[0])[0] != run  # a variant's seeds share one init
+            row["model_bytes"] = 4 * shape.parameters * (1 if shares_init else 2) + 12 * shape.parameters * recipe[
+                "keep_checkpoints"]
+        else:
+            row["model_bytes"] = 4 * shape.parameters
+        row["encode_corpus_h"] = {c: encode_h(s, encoding["doc_max_length"]) for c, s in corpus_sizes.items()}
+        row["query_gpu_h"] = startup_h + sum(encode_h(s, query_max_length(encoding, config["datasets"][d]))
+                                             - startup_h for d, s in query_sizes.items())
+        row["index_core_h"] = {c: s.count / lucene["impact_index_docs_per_s_per_thread"] / 3600
+                               for c, s in corpus_sizes.items()}
+        row["retrieve_core_h"] = {d: search_core_h(s, of_dataset[d], tokens(s.words, tpw, query_max_length(
+            encoding, config["datasets"][d]))) for d, s in query_sizes.items()}
+        row["encode_gpu_h"] = sum(row["encode_corpus_h"].values()) + row["query_gpu_h"]
+        row["index_bytes"] = sum(s.count for s in corpus_sizes.values()) * disk["impact_index_bytes_per_doc"]
+        row["shard_bytes"] = sum(s.count for s in corpus_sizes.values()) * disk["shard_bytes_per_doc"]
+        row["other_bytes"] = sum(s.count for s in query_sizes.values()) * (
+            disk["query_vector_bytes_per_query"] + k * disk["run_bytes_per_hit"])
+        rows.append(row)
+
+    bm25 = {"index_core_h": {c: s.count / lucene["bm25_index_docs_per_s_per_thread"] / 3600
+                             for c, s in corpus_sizes.items()},
+            "retrieve_core_h": {d: search_core_h(s, of_dataset[d], 0) for d, s in query_sizes.items()},
+            "bytes": sum(s.count * s.words for s in corpus_sizes.values()) * disk["bm25_index_bytes_per_word"]
+            + sum(s.count for s in query_sizes.values()) * k * disk["run_bytes_per_hit"]}
+    backbones = sum(4 * shapes[b].parameters for b in config["backbones"])
+    final = (sum(r["index_bytes"] + r["model_bytes"] + r["other_bytes"] for r in rows) + bm25["bytes"] + backbones)
+    largest = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
+    totals = {"train_gpu_h": sum(r["train_gpu_h"] for r in rows), "encode_gpu_h": sum(r["encode_gpu_h"] for r in rows),
+              "index_core_h": sum(sum(r["index_core_h"].values()) for r in rows) + sum(bm25["index_core_h"].values()),
+              "retrieve_core_h": sum(sum(r["retrieve_core_h"].values()) for r in rows)
+              + sum(bm25["retrieve_core_h"].values()),
+              "final_bytes": final, "peak_bytes": final + corpus_sizes[largest].count * disk["shard_bytes_per_doc"]}
+    return {"config": config["experiment"], "models": rows, "bm25": bm25, "totals": totals, "largest_corpus": largest,
+            "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
+            "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
+            "memory": peak_memory(config, shapes, corpus_sizes[largest].count, throughputs)}
+
+
+def peak_memory(config: Mapping[str, Any], shapes: Mapping[str, ModelShape], largest_corpus: int,
+                throughputs: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Peak GiB per GPU job (the largest model) and on the host.
+
+    Training: 16 B a parameter (fp32 weights and gradients, two AdamW moments) + activations of
+    34 B x hidden a token a layer (Korthikanti et al. 2022, bf16, flash attention) over a step padded
+    to the recipe's maxima + one fp32 vocabulary chunk of the fused head; 21.9 GiB at the measured
+    ModernBERT-base step, measured 23.5. Encoding: fp32 weights + one layer's activations and one
+    chunk for a batch. Host: the throughputs' floor + the model + ~90 B a document id."""
+    floor = throughputs["host"]["gpu_job_floor_gib"] * GIB
+    enc = config["encoding"]
+    out = {"train": {"gpu": 0.0, "host": 0.0}, "encode_corpus": {"gpu": 0.0, "host": 0.0}}
+    for name, s in shapes.items():
+        batch = enc["batch_size"] * enc["doc_max_length"]
+        out["encode_corpus"]["gpu"] = max(out["encode_corpus"]["gpu"], (4 * s.parameters + batch * (
+            34 * s.hidden + 4 * 8192)) / GIB)
+        out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"],
+                                           (floor + 4 * s.parameters + 90 * largest_corpus) / GIB)
+        for run in (r for b, r in models(config) if b == name and r != PUBLISHED_RUN):
+            r = resolve_recipe(config, name, run)
+            step = r["batch_size"] * (r["query_max_length"] + (1 + r["negatives_per_query"]) * r["doc_max_length"])
+            gpu = 16 * s.parameters + step * (34 * s.hidden * s.layers + 4 * r["chunk_size"])
+            out["train"]["gpu"] = max(out["train"]["gpu"], gpu / GIB)
+            out["train"]["host"] = max(out["train"]["host"], (floor + 4 * s.parameters) / GIB)
+    heap = throughputs["lucene"]["jvm_heap_gib"]
+    out["impact_index, impact_retrieve, bm25_index"] = {"gpu": 0.0, "host": heap}
+    return out
+
+
+def _h(n: float) -> str:
+    return f"{n:,.1f}" if n >= 0.1 else f"{n:.2g}"
+
+
+def render_bill(plan: Mapping[str, Any], jobs: Mapping[str, int], configfile: str, throughputs_file: str) -> str:
+    """The bill as Markdown: totals, one row per model, data sizes, memory, jobs, assumptions."""
+    t = plan["totals"]
+    lines = [f"# What the run costs: {configfile}", "",
+             f"Estimated by `splade-rescale plan` from {throughputs_file} (assumptions below).", "",
+             "| total | |", "|---|---|",
+             f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
+             f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
+             f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_core_h'])} |",
+             f"| CPU core-hours, retrieval | {_h(t['retrieve_core_h'])} |",
+             f"| disk at the end (GB) | {t['final_bytes'] / 1e9:,.1f} |",
+             f"| peak disk (GB): the end + one set of shards of {plan['largest_corpus']} | "
+             f"{t['peak_bytes'] / 1e9:,.1f} |",
+             f"| Snakemake jobs | {sum(jobs.values())} |", "",
+             "| model | run | type | parameters (M) | train GPU-h | encode GPU-h | index core-h | retrieve core-h |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in plan["models"]:
+        lines.append(f"| {m['name']} | {m['variant']} | {m['shape']['model_type']} | "
+                     f"{m['shape']['parameters'] / 1e6:,.0f} | {_h(m['train_gpu_h'])} | {_h(m['encode_gpu_h'])} | "
+                     f"{_h(sum(m['index_core_h'].values()))} | {_h(sum(m['retrieve_core_h'].values()))} |")
+    b = plan["bm25"]
+    lines += [f"| BM25 | – | – | – | – | – | {_h(sum(b['index_core_h'].values()))} | "
+              f"{_h(sum(b['retrieve_core_h'].values()))} |", "",
+              "| corpus or query set | texts | mean words | from |", "|---|---|---|---|"]
+    lines += [f"| {n} | {s['count']:,} | {s['words']:.1f} | {s['source']} |"
+              for n, s in {**plan["corpora"], **plan["queries"]}.items()]
+    lines += ["", "| peak memory per job (GiB, the largest model) | GPU | host |", "|---|---|---|"]
+    lines += [f"| {job} | {r['gpu']:.1f} | {r['host']:.1f} |" for job, r in plan["memory"].items()]
+    lines += ["", "| rule | jobs (`snakemake all -n --forceall`) |", "|---|---|"]
+    lines += [f"| {rule} | {n} |" for rule, n in jobs.items()]
+    return "\n".join(lines + ["", "Assumptions:", "", *[f"* {a}" for a in ASSUMPTIONS], ""])
+
+
+ASSUMPTIONS = (
+    "GPU: our encoder's and trainer's figures measured on one H200 (bf16) at the ModernBERT-base shape (used for "
+    "model_type modernbert) and the BERT-base shape (every other type), scaled to a model by the measured "
+    "shape's parameters / its parameters and to a text by tokens; each GPU job adds gpu.job_startup_s. A "
+    "backbone's train_gpus: k trains on k GPUs for the same GPU-hours. Model parameters are counted from its "
+    "config.json on the meta device, or given by its entry's shape.",
+    "Text tokens = 2 + words x tokens_per_word, cut at the configured maximum (encoding sorts by length: "
+    "little padding). Training pads each micro-batch to its longest text: for MS MARCO the expected longest "
+    "from measured length histograms, for other data the recipe's maxima. Training = steps x batch size "
+    "queries, each with 1 + negatives_per_query documents.",
+    "Counts: ir_datasets' shipped metadata (no download), local data counted from its files; mean words "
+    "from BEIR's published table (text.document_words, text.query_words) or counted.",
+    "Lucene: per-thread (core-second) figures; indexing documents per core-second; a search's core-seconds "
+    "linear in the index's documents (lucene.search_s_per_query; queries over 64 tokens count as long).",
+    "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
+    "largest corpus's shards; the end = impact and BM25 indexes, models (init + final + kept checkpoints "
+    "with AdamW state at 12 B a parameter), backbones, query vectors and runs. The Hugging Face and "
+    "ir_datasets caches are not counted.",
+    "Memory: see splade_rescale.costs.plan.peak_memory; Lucene jobs the JVM heap (lucene.jvm_heap_gib).",
+)

@@ -1,27 +1,61 @@
-"""When each job of a run starts and ends on ``cores`` CPU cores and ``gpus`` GPUs.
+"""The plan on a machine of ``cores`` cores and ``gpus`` GPUs: the dry run's jobs, timed by the bill.
 
-Why: the bill of a GPU run is its wall time, and that depends on whether the GPU can keep
-working while Lucene jobs hold the cores. Snakemake starts a ready job only when its threads
-(capped at ``--cores``) and its ``gpu`` resource are free; this models the same constraints by
-list scheduling: the ready job with the longest remaining path first, lower-priority jobs
-backfilling what is left. Snakemake's own choice among ready jobs (an ILP over priorities and
-resources) differs in order, not in the constraints, so idle time caused by a resource shortage
-shows up the same way.
-
-``splade-rescale plan --cores N`` (:func:`schedule_config`) gives a dry run's jobs the plan's
-durations and schedules them: the GPU's busy and idle hours.
+Why: a GPU run's cost is its wall time, and that depends on whether the GPUs keep working while
+Lucene jobs hold the cores. The jobs, their threads and their ``gpu`` requests are those of
+``snakemake all -n --forceall --cores C --resources gpu=G`` (the workflow's own
+``config.local_threads`` and ``config.gpus_per_job``; a backbone's ``train_gpus``), so the plan and
+the run agree. Snakemake starts a ready job only when its threads (capped at ``--cores``) and its
+``gpu`` resource are free; :func:`list_schedule` keeps the same constraints (the ready job with the
+longest remaining path first, higher priorities before). Snakemake's own choice among ready jobs
+(an ILP over priorities and resources) differs in order, not in the constraints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from splade_rescale.config import local_threads
-from splade_rescale.costs.inputs import load_plan_config, load_throughputs
-from splade_rescale.costs.plan import build_plan
-from splade_rescale.costs.plan_report import format_hours
+from splade_rescale.config import ConfigError, gpus_per_job, load_config, local_threads
+from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, load_throughputs, render_bill
+
+REPO = THROUGHPUTS_PATH.parents[1]
+
+
+def dry_run_jobs(configfile: str | Path, cores: int, gpus: int, workdir: str | Path = ".") -> list[dict]:
+    """Jobs of ``snakemake all -n --forceall --cores C --resources gpu=G``: rule, wildcards, threads,
+    GPUs, priority and the ids of the jobs each waits for."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--cores", str(cores),
+                           "--resources", f"gpu={gpus}", "--configfile", str(Path(configfile).resolve()),
+                           "--snakefile", str(REPO / "Snakefile")],
+                          cwd=workdir, capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        raise ConfigError(f"snakemake dry run of {configfile} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    jobs = []
+    for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", proc.stdout):
+        head = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        if not head:
+            continue
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+        wildcards = dict(kv.split("=", 1) for kv in fields["wildcards"].split(", ")) if "wildcards" in fields else {}
+        gpu = re.search(r"\bgpu=(\d+)", fields.get("resources", ""))
+        jobs.append({"rule": head.group(1), "id": int(fields["jobid"]), "wildcards": wildcards,
+                     "threads": int(fields.get("threads", 1)), "gpus": int(gpu.group(1)) if gpu else 0,
+                     "priority": int(fields.get("priority", 0)),
+                     "input": _paths(fields.get("input")), "output": _paths(fields.get("output"))})
+    producer = {out: job["id"] for job in jobs for out in job["output"]}
+    for job in jobs:
+        job["deps"] = sorted({producer[i] for i in job["input"] if i in producer})
+    return jobs
+
+
+def _paths(text: str | None) -> list[str]:
+    return [p.strip() for p in text.split(",")] if text else []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +130,8 @@ def list_schedule(jobs: Sequence[Job], cores: int, gpus: int = 0) -> dict[int, S
 
 
 def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict[str, float]:
-    """Wall hours, GPU busy and idle hours of a schedule (idle = wall x GPUs - busy)."""
+    """Wall hours, GPU busy and idle hours of a schedule (idle = wall x GPUs - busy), and the GPU idle
+    hours before the first GPU job and after the last (the run then waits on data or on Lucene)."""
     wall = max((s.end for s in slots.values()), default=0.0)
     busy = sum((slots[j.id].end - slots[j.id].start) * min(j.gpus, gpus) for j in jobs)
     gpu_jobs = [slots[j.id] for j in jobs if j.gpus]
@@ -106,81 +141,72 @@ def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict
             "gpu_idle_before_first_h": first * gpus / 3600, "gpu_idle_after_last_h": (wall - last) * gpus / 3600}
 
 
-# --- the plan's jobs on a machine -------------------------------------------------------------
-
-def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any],
-                   gpus_per_job: int = 1) -> list[Job]:
-    """The dry run's jobs with the plan's durations: GPU jobs from its GPU-hours, Lucene jobs from
-    its core-hours over their threads (capped at ``cores``), other jobs the throughputs' fixed times."""
-    fixed = throughputs.get("jobs") or {}
-    default_s = float(fixed.get("default_s", 30))
+def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any]) -> list[Job]:
+    """The dry run's jobs with the bill's durations: a GPU job its GPU-hours over its GPUs, a Lucene job
+    its core-hours over its threads (capped at ``cores``), every other job the throughputs' fixed time."""
+    fixed = throughputs["jobs"]
     by_model = {(m["name"], m["variant"]): m for m in plan["models"]}
     bm25 = plan["bm25"]
     out = []
     for j in jobs:
-        rule, w, threads = j["rule"], j["wildcards"], j["threads"]
+        rule, w = j["rule"], j["wildcards"]
         model = by_model.get((w.get("backbone"), w.get("variant")))
-        lucene = 3600 / min(threads, cores)  # core-hours -> seconds of a job on its threads
-        gpus = 0
-        if rule == "all":
-            seconds = 0.0
-        elif rule == "train":
-            gpus = int(plan["train_gpus"].get(w["backbone"], gpus_per_job))
-            seconds = model["train_gpu_h"] * 3600 / max(1, gpus)
-        elif rule == "encode_corpus":
-            gpus, seconds = gpus_per_job, model["encode_corpus_h"][w["corpus"]] * 3600
-        elif rule == "encode_queries":
-            gpus, seconds = gpus_per_job, model["query_gpu_h"] * 3600
-        elif rule == "impact_index":
-            seconds = model["index_core_h"][w["corpus"]] * lucene
-        elif rule == "impact_retrieve":
-            seconds = model["retrieve_core_h"][w["dataset"]] * lucene
-        elif rule == "bm25_index":
-            seconds = bm25["index_core_h"][w["corpus"]] * lucene
-        elif rule == "bm25_retrieve":
-            seconds = bm25["retrieve_core_h"][w["dataset"]] * lucene
+        hours = {"train": lambda: model["train_gpu_h"] / max(1, j["gpus"]),
+                 "encode_corpus": lambda: model["encode_corpus_h"][w["corpus"]],
+                 "encode_queries": lambda: model["query_gpu_h"],
+                 "impact_index": lambda: model["index_core_h"][w["corpus"]] / min(j["threads"], cores),
+                 "impact_retrieve": lambda: model["retrieve_core_h"][w["dataset"]] / min(j["threads"], cores),
+                 "bm25_index": lambda: bm25["index_core_h"][w["corpus"]] / min(j["threads"], cores),
+                 "bm25_retrieve": lambda: bm25["retrieve_core_h"][w["dataset"]] / min(j["threads"], cores)}
+        if rule in hours:
+            seconds = hours[rule]() * 3600
         elif rule == "prepare_corpus" and w.get("corpus") in plan["corpora"]:
-            seconds = plan["corpora"][w["corpus"]]["count"] / float(fixed.get("prepare_docs_per_s", 5000))
+            seconds = plan["corpora"][w["corpus"]]["count"] / fixed["prepare_docs_per_s"]
         else:
-            seconds = float((fixed.get("fixed_s") or {}).get(rule, default_s))
-        out.append(Job(j["id"], rule, threads, seconds, tuple(j["deps"]), gpus, j.get("priority", 0)))
+            seconds = 0.0 if rule == "all" else float(fixed["fixed_s"].get(rule, fixed["default_s"]))
+        out.append(Job(j["id"], rule, j["threads"], seconds, tuple(j["deps"]), j["gpus"], j["priority"]))
     return out
 
 
-def schedule(plan: Mapping[str, Any], jobs: list[dict], cores: int, gpus: int, throughputs: Mapping[str, Any],
-             gpus_per_job: int = 1) -> dict[str, Any]:
-    """The run on ``cores`` cores and ``gpus`` GPUs: wall hours and the GPU's busy and idle hours."""
-    timed = scheduled_jobs(plan, jobs, cores, throughputs, gpus_per_job)
-    usage = gpu_usage(timed, list_schedule(timed, cores, gpus), gpus)
-    return {"cores": cores, "gpus": gpus, "jobs": len(timed), **usage}
-
-
-def schedule_config(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int = 1,
-                    root: str | Path = ".") -> tuple[dict[str, Any], str]:
-    """``plan --cores N`` for a GPU config: the schedule and its Markdown, the jobs' threads as the
-    workflow gives them on that machine (config.local_threads)."""
-    from splade_rescale.costs.fit_throughputs import dry_run_jobs  # fit_throughputs imports this module
-
-    config = load_plan_config(configfile)
-    throughputs = load_throughputs(throughputs_file)
+def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int,
+             out: str | Path | None = None, root: str | Path = ".") -> tuple[dict[str, Any], str]:
+    """The bill of a config and its schedule on ``cores`` cores and ``gpus`` GPUs, as data and Markdown
+    (written to ``out`` and its .json twin when given)."""
+    config = load_config(configfile)
+    throughputs_path = Path(throughputs_file or THROUGHPUTS_PATH).resolve()
+    throughputs = load_throughputs(throughputs_path)
     plan = build_plan(config, throughputs, root)
-    result = schedule(plan, dry_run_jobs(configfile, workdir=root, cores=cores, gpus=gpus), cores, gpus,
-                      throughputs, int(config.get("gpus_per_job") or 1))
-    result["threads"] = local_threads(config, cores, gpus)
-    return result, render_schedule(result)
+    gpus = gpus if gpus_per_job(config) else 0
+    jobs = dry_run_jobs(configfile, cores, gpus, root)
+    plan["jobs"] = dict(Counter(j["rule"] for j in jobs))
+    shown = throughputs_path.relative_to(REPO) if throughputs_path.is_relative_to(REPO) else throughputs_path
+    text = render_bill(plan, plan["jobs"], str(configfile), str(shown))
+    if gpus:
+        timed = scheduled_jobs(plan, jobs, cores, throughputs)
+        plan["schedule"] = {"cores": cores, "gpus": gpus, "threads": local_threads(config, cores, gpus),
+                            **gpu_usage(timed, list_schedule(timed, cores, gpus), gpus)}
+        text += "\n" + render_schedule(plan["schedule"])
+    else:
+        text += ("\nNo schedule: the model jobs run on the CPU (device: cpu or gpus_per_job: 0); the GPU figures "
+                 "above do not apply.\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+        Path(out).with_suffix(".json").write_text(json.dumps(plan, indent=1) + "\n")
+    return plan, text
 
 
 def render_schedule(s: Mapping[str, Any]) -> str:
-    t = s["threads"]
+    t, h = s["threads"], lambda x: f"{x:,.1f}"
     return "\n".join([
         f"## Schedule on {s['cores']} cores and {s['gpus']} GPU(s)", "",
-        "Jobs list-scheduled as Snakemake runs them: a job starts when its threads (capped at the cores) "
-        "and its `gpu` resource are free; longest remaining path first. Threads on this machine: train "
-        f"{t['train']}, encode {t['encode']}, each index or search {t['lucene']}.", "",
+        "The dry run's jobs at their threads on this machine (train "
+        f"{t['train']}, encode {t['encode']}, each index or search {t['lucene']}), each started when its threads "
+        "and GPUs are free, the longest remaining path first.", "",
         "| figure | hours |", "|---|---|",
-        f"| wall | {format_hours(s['wall_h'])} |", f"| GPU busy | {format_hours(s['gpu_busy_h'])} |",
-        f"| GPU idle | {format_hours(s['gpu_idle_h'])} ({s['gpu_idle_h'] / max(s['wall_h'] * s['gpus'], 1e-9):.0%}) |",
-        "| of which before the first GPU job (downloads, data preparation) | "
-        f"{format_hours(s['gpu_idle_before_first_h'])} |",
-        "| of which after the last GPU job (the last indexes and searches) | "
-        f"{format_hours(s['gpu_idle_after_last_h'])} |", ""])
+        f"| wall | {h(s['wall_h'])} |", f"| GPU busy | {h(s['gpu_busy_h'])} |",
+        f"| GPU idle | {h(s['gpu_idle_h'])} ({s['gpu_idle_h'] / max(s['wall_h'] * s['gpus'], 1e-9):.0%}) |",
+        f"| of which before the first GPU job (downloads, data preparation) | {h(s['gpu_idle_before_first_h'])} |",
+        f"| of which after the last GPU job (the last indexes and searches) | {h(s['gpu_idle_after_last_h'])} |",
+        "| of which in between (no GPU job ready, or its threads held by Lucene jobs) | "
+        f"{h(s['gpu_idle_h'] - s['gpu_idle_before_first_h'] - s['gpu_idle_after_last_h'])} |", ""])

@@ -249,12 +249,7 @@ def load_corpus(name: str, spec: Mapping, root: str | Path = ".", count: bool = 
         return ds.iter_docs(), len(ds.doc_ids or ())
     spec = _resolve(spec, Path(root))
     if spec["source"] == "ir_datasets":
-        from splade_rescale.data.collection_sizes import CORPUS_SIZES
-
-        # docs_count() is None until ir_datasets has built the corpus's docs store: fall back to
-        # its published size, so that shard sizing and the size guard still know the total
-        known = CORPUS_SIZES.get(spec["id"])
-        total = _irds(spec["id"]).docs_count() or (known.count if known else None)
+        total = _irds(spec["id"]).docs_count()  # from the metadata ir_datasets ships: no download
     else:  # one cheap pass over the ids, so progress and size estimates know the total
         total = sum(1 for _ in _raw_docs(spec)) if count else None
     return _checked_docs(name, spec, {}), total

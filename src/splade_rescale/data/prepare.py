@@ -40,6 +40,16 @@ def _irds_home() -> str:
     return str(ir_datasets.util.home_path())
 
 
+def _shipped_docs_count(ds_id: str) -> int | None:
+    """An ir_datasets corpus's documents from the metadata ir_datasets ships (no download); None if unknown."""
+    import ir_datasets
+
+    try:
+        return ir_datasets.load(ds_id).docs_count()
+    except KeyError:
+        return None
+
+
 def _irds_docs_count(ds_id: str) -> int:
     """Build a dataset's docs store (downloading the corpus first) and count it.
 
@@ -58,7 +68,6 @@ def _irds_docs_count(ds_id: str) -> int:
 
 def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> dict[str, Any]:
     """Make a corpus's documents local and count them; write ``{"corpus", "spec", "docs", ...}`` to ``out``."""
-    from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
 
     t0 = time.perf_counter()
@@ -66,9 +75,6 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
     if spec["source"] == "ir_datasets" and not spec.get("subset"):
         docs = _irds_docs_count(spec["id"])
         record["ir_datasets_home"] = _irds_home()
-        published = CORPUS_SIZES.get(spec["id"])
-        if published and published.count != docs:
-            log.warning("%s: %d documents, the published size is %d", name, docs, published.count)
     else:  # local files, or a subset (one pass over its corpus; ir_datasets downloads it here)
         _, docs = load_corpus(name, spec, root)
     if not docs:
@@ -129,11 +135,10 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
 
     Each count comes from its preparation file. A corpus whose preparation has not finished
     yet (an encode may start before another corpus's preparation ends) is counted from its
-    local files, or for ir_datasets taken from the published size (never downloaded here);
+    local files, or for ir_datasets taken from the metadata it ships (never downloaded here);
     an ir_datasets corpus of unknown size, or a local one that cannot be read (its own jobs
     fail and say why), is left out, with a warning.
     """
-    from splade_rescale.data.collection_sizes import CORPUS_SIZES
     from splade_rescale.data.datasets import load_corpus
 
     total = 0
@@ -147,8 +152,8 @@ def model_documents(corpora: Mapping[str, Mapping[str, Any]], root: str | Path =
             except (ValueError, OSError, EOFError) as exc:  # that corpus's own jobs report it; this one goes on
                 log.warning("corpus %s: not prepared yet and unreadable (%s); left out of the model's document total",
                             name, exc)
-        elif not spec.get("subset") and spec["id"] in CORPUS_SIZES:
-            total += CORPUS_SIZES[spec["id"]].count
+        elif not spec.get("subset") and (docs := _shipped_docs_count(spec["id"])):
+            total += docs
         else:
             log.warning("corpus %s: not prepared yet and of unknown size; left out of the model's document total",
                         name)
