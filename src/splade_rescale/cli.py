@@ -349,6 +349,9 @@ def encode_queries_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--collection", required=True, type=Path),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
+    p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
+                   help='settings that do not change the postings: {"impact_indexer": "direct" (default) or '
+                        '"anserini"}, as JSON; kept out of Snakemake\'s params so editing them reruns nothing'),
 ))
 def index_cmd(args: argparse.Namespace) -> None:
     """Lucene impact index of a JsonVectorCollection (restarts clean)."""
@@ -358,7 +361,8 @@ def index_cmd(args: argparse.Namespace) -> None:
         with atomic_dir(args.out) as tmp:
             write_json(tmp / SKIPPED, record)
         return
-    log.info("index: %s", run_build_impact_index(args.collection, args.out, args.threads))
+    log.info("index: %s", run_build_impact_index(args.collection, args.out, args.threads,
+                                                 indexer=args.runtime.get("impact_indexer", "direct")))
 
 
 def search_args(p: argparse.ArgumentParser) -> None:

@@ -267,7 +267,7 @@ def _edit_dl20_query(root: Path) -> None:
 def _runtime(config: dict) -> None:
     config["device"] = "cpu"
     config["encoding"].update(batch_size=7, shard_size=1234, index_budget_gb=55, model_budget_gb=66, threads=2)
-    config["retrieval"]["threads"] = 2
+    config["retrieval"].update(threads=2, impact_indexer="anserini")  # the same postings: nothing reruns
     config["training"]["threads"] = 2
 
 
@@ -325,7 +325,8 @@ EDITS = [
          config=lambda c: c["datasets"]["dl19-pool"].update(note="pooled MS MARCO passages, reworded")),
     Edit("train_gpus: 0 added to a backbone", NOTHING,
          config=lambda c: c["backbones"]["minilm"].update(train_gpus=0)),
-    Edit("runtime settings: device, batch and shard sizes, budgets, threads", NOTHING, config=_runtime),
+    Edit("runtime settings: device, batch and shard sizes, budgets, threads, impact indexer", NOTHING,
+         config=_runtime),
     Edit("one line removed from the DL19 qrels file, in place",
          {"settings": 1, "evaluate": 4, "evaluate_bm25": 1, **REPORTS},
          files=_drop_qrels_line, touches=(f"{POOL}/qrels.dl19.txt",)),

@@ -130,6 +130,7 @@ os.environ["SPLADE_RESCALE_RUNTIME"] = as_json({
     # every corpus a model encodes: the per-model budget extrapolates to all their documents
     "model_corpora": {c: {"spec": spec, "prepared": prepared_corpus(c)} for c, spec in CORPORA.items()},
     "index_threads": config["retrieval"]["threads"],
+    "impact_indexer": config["retrieval"]["impact_indexer"],
     # each training run's logging and checkpoint cadence (recipe keys log_every, checkpoint_every, ...)
     "training_cadence": {f"{b}/{run}": training_cadence(resolve_recipe(config, b, run))
                          for (b, _), runs in RUNS.items() for run in runs},

@@ -79,6 +79,9 @@ rule encode_queries:
 
 
 rule impact_index:
+    """The impact index of one encoded corpus. Which builder writes it (retrieval.impact_indexer:
+    direct, or Anserini's IndexCollection) is a runtime setting: both write the same postings,
+    so editing it reruns no job (to rebuild with the other, --forcerun impact_index)."""
     input:
         res("encoded/{backbone}/{variant}/corpora/{corpus}"),
     output:
@@ -91,7 +94,8 @@ rule impact_index:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale index --collection {input} --threads {threads} --out {output} > {log} 2>&1"
+        "splade-rescale index --collection {input} --threads {threads} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
+        "--out {output} > {log} 2>&1"
 
 
 rule bm25_index:
