@@ -66,7 +66,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale.costs import retrieval_cost  # noqa: E402
 from splade_rescale.retrieval import lucene  # noqa: E402
-from splade_rescale.retrieval.shards import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
+from splade_rescale.retrieval.shard_folder import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
 from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
 log = logging.getLogger("bench_retrieval_cost")
@@ -120,7 +120,7 @@ def encode_texts(encoder, texts: Sequence[str], max_length: int, batch_size: int
     parts = []
     for start in range(0, len(order), batch_size):
         batch = [texts[i] for i in order[start:start + batch_size]]
-        parts.append(encoder.encode_sparse(encoder.tokenize(batch, max_length), QUANTIZATION))
+        parts.extend(encoder.encode_sparse([encoder.tokenize(batch, max_length)], QUANTIZATION))
         if start // batch_size % 20 == 0:
             log.info("encoded %d of %d texts (%d tokens)", start + len(batch), len(texts), max_length)
     rows = concat(parts)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -109,10 +110,11 @@ def rescale_cmd(args: argparse.Namespace) -> None:
 # --- training -----------------------------------------------------------------------------
 
 def set_threads(threads: int | None) -> None:
-    """Torch uses the threads Snakemake gave the job, not every core of the machine."""
+    """Torch and the fast tokenizer's pool use the threads Snakemake gave the job, not every core of the machine."""
     if threads:
         import torch
         torch.set_num_threads(threads)
+        os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
 
 
 @command("mine-negatives", lambda p: (

@@ -106,11 +106,14 @@ def _init_distributed(dev: torch.device) -> tuple[int, int, torch.device]:
 
 
 def _optimizer(model: torch.nn.Module, recipe: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW (no weight decay on biases and norm weights, i.e. 1-D tensors) + linear warm-up/decay."""
+    """AdamW (no weight decay on biases and norm weights, i.e. 1-D tensors) + linear warm-up/decay.
+
+    On CUDA the fused AdamW: one kernel for every parameter's update instead of several per tensor.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": recipe["weight_decay"]},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=recipe["lr"])
+    opt = torch.optim.AdamW(groups, lr=recipe["lr"], fused=all(p.is_cuda for p in params) or None)
     warm, total = recipe["warmup_steps"], recipe["steps"]
 
     def factor(step: int) -> float:
@@ -257,9 +260,9 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
     n = recipe["negatives_per_query"]
     docs = [ex["positive"] for ex in batch] + [d for ex in batch for d in ex["negatives"][:n]]
     with autocast_for(encoder.device, recipe["precision"]):
-        q = encoder(**encoder.on_device(encoder.tokenize([ex["query"] for ex in batch],
+        q = encoder(**encoder.on_device(encoder.features([ex["query"] for ex in batch],
                                                          recipe["query_max_length"]))).float()
-        d = encoder(**encoder.on_device(encoder.tokenize(docs, recipe["doc_max_length"]))).float()
+        d = encoder(**encoder.on_device(encoder.features(docs, recipe["doc_max_length"]))).float()
     # Documents of all ranks: positives first (in rank order), then negatives.
     b = len(batch)
     pos_all, offset = gather_rows(d[:b])
@@ -395,8 +398,10 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
             dist.all_reduce(totals)
             totals /= world
         max_norm = recipe["max_grad_norm"] if recipe["max_grad_norm"] > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        values = dict(zip(_STAT_NAMES, totals.tolist()))
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        # the step's one host sync: the collapse check needs the loss and norm before the update
+        *stats, grad_norm = torch.cat([totals, norm.reshape(1).to(totals)]).tolist()
+        values = dict(zip(_STAT_NAMES, stats))
         lr = scheduler.get_last_lr()[0]
         if not (math.isfinite(values["loss"]) and math.isfinite(grad_norm)):
             status, reason, collapse_step = "collapsed", f"non-finite loss ({values['loss']}) or gradient " \
