@@ -96,9 +96,10 @@ class Encoder(Protocol):
 
 
 def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None,
-                 precision: str = "auto") -> Encoder:
-    """The project's SPLADE encoder for a saved MLM model folder."""
-    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision)
+                 precision: str = "auto", texts: int | None = None) -> Encoder:
+    """The project's SPLADE encoder for a saved MLM model folder (compiled for a job of ``texts``
+    texts where that pays: :func:`splade_rescale.model.splade.worth_compiling`)."""
+    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision, texts=texts)
 
 
 def token_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[np.ndarray]:
@@ -258,7 +259,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     batching = Batching(max_length, batch_size, batch_tokens)
     key = {**(inputs or {}), "docs": total, "shard_docs": shard_docs, "max_length": max_length,
            "quantization": quantization, "max_active_dims": max_active_dims, "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
-           **numerics, "batch_size": batch_size, "batch_tokens": batching.token_budget(), "sorted_by": "tokens",
+           **numerics, "batch_size": batch_size, "batch_tokens": batch_tokens, "sorted_by": "tokens",
            "chunk_size": chunk_size, "size_sample": sample}
     finished = folder.start(key, shard_docs, total)
     done = sum(r.docs for r in finished)
@@ -366,7 +367,7 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
 
     docs, known = load_corpus(name, corpus_spec, root, count=total is None)
     total = total or known
-    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision, texts=total)
     try:
         stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
                             budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,

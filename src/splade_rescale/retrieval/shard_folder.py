@@ -379,15 +379,16 @@ def encoder_numerics(encoder: Any) -> dict[str, Any]:
 
     ``precision``: ``bf16`` under bf16 autocast, else ``fp32``; ``device``: ``cpu`` or ``cuda``
     with the GPU's name; ``cpu_threads``: on CPU, the threads (they set the float sums' order).
-    None for an encoder that is not the project's (a test's stub).
+    ``compiled``: a compiled backbone rounds differently. None for an encoder that is not the project's
+    (a test's stub).
     """
     bf16 = bf16_autocast(encoder)
     if bf16 is None:
-        return {"precision": None, "device": None, "cpu_threads": None}
+        return {"precision": None, "device": None, "cpu_threads": None, "compiled": None}
     device = encoder.device
     name = f"cuda {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
     return {"precision": "bf16" if bf16 else "fp32", "device": name,
-            "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None}
+            "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None, "compiled": encoder.compiled}
 
 
 class ShardFolder:

@@ -50,7 +50,7 @@ from splade_rescale.model.losses import (
     margin_mse_loss,
     regulariser_weight,
 )
-from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
+from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16, worth_compiling
 from splade_rescale.rule_params import training_recipe
 from splade_rescale.training.data import Example, streamed_files, training_stream
 from splade_rescale.training.recipes import TrainingConfigError, check_recipe_keys
@@ -355,6 +355,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
     tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
     encoder = SpladeEncoder(model, tokenizer, head=recipe["head"], chunk_size=recipe["chunk_size"],
                             precision=recipe["precision"]).to(dev)
+    if worth_compiling(dev, recipe["steps"] * recipe["batch_size"] * (2 + recipe["negatives_per_query"])):
+        encoder.compile_backbone()  # forward and backward; a long run on CUDA
     encoder.train()
     optimizer, scheduler = _optimizer(encoder, recipe)
     params = [p for p in encoder.parameters() if p.requires_grad]
@@ -443,7 +445,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
               "recipe": training_recipe(recipe), "data": data_spec, "vocab_size": vocab,
               "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
               "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
-              "bf16_autocast": fingerprint["bf16_autocast"], "head": recipe["head"], "last_log": last_row,
+              "bf16_autocast": fingerprint["bf16_autocast"], "compiled_backbone": encoder.compiled,
+              "head": recipe["head"], "last_log": last_row,
               "logit_shift": encoder.logit_shift,  # final/ carries it in its decoder bias
               "wall_s_this_run": time.perf_counter() - started,
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
