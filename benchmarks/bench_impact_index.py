@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale.retrieval import lucene  # noqa: E402
-from splade_rescale.retrieval.shards import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
+from splade_rescale.retrieval.shard_folder import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
 from splade_rescale.retrieval.sparse_rows import SparseRows  # noqa: E402
 
 PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"

@@ -13,8 +13,9 @@ identical random-init weights (one model folder, saved once, loaded fresh by eve
   the same regulariser weights, clipping and AdamW. The naive-head run of our step is the
   "plain loop" whose peak memory the fused head must halve.
 
-Tokenisation is excluded from every timing: our encoder's ``tokenize`` is memoised and
-``SparseEncoder`` gets the very same tensors. FLOPs count the matmuls only:
+Tokenisation is excluded from every timing: our encoder's ``features`` is memoised and
+``SparseEncoder`` gets the very same token ids (ours without an attention mask where nothing is
+padded, as our encoder's batches come). FLOPs count the matmuls only:
 ``2 x encoder-matmul-params x tokens + 2 x tokens x H x V`` per forward (attention scores are
 left out), three times that per training step (forward + backward).
 
@@ -145,6 +146,7 @@ class TokenCache:
     def __init__(self, tokenizer: PreTrainedTokenizerFast, device: torch.device):
         self.tokenizer, self.device = tokenizer, device
         self._cache: dict[tuple[tuple[str, ...], int], dict[str, torch.Tensor]] = {}
+        self._padded: dict[tuple[tuple[str, ...], int], bool] = {}
 
     def __call__(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
         key = (tuple(texts), max_length)
@@ -153,18 +155,24 @@ class TokenCache:
                                    return_tensors="pt")
             self._cache[key] = {"input_ids": batch["input_ids"].to(self.device),
                                 "attention_mask": batch["attention_mask"].to(self.device)}
+            self._padded[key] = bool((batch["attention_mask"] == 0).any())
         return self._cache[key]
+
+    def ours(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        """The same tensors as our encoder's ``pad`` gives them: no mask when nothing is padded."""
+        features = self(texts, max_length)
+        return features if self._padded[(tuple(texts), max_length)] else {"input_ids": features["input_ids"]}
 
 
 class PretokenisedEncoder(SpladeEncoder):
-    """Our encoder with ``tokenize`` served from the shared cache: ``_micro_step`` runs unchanged."""
+    """Our encoder with ``features`` served from the shared cache: ``_micro_step`` runs unchanged."""
 
     def __init__(self, model: nn.Module, tokens: TokenCache, head: str, chunk_size: int, precision: Precision):
         super().__init__(model, tokens.tokenizer, head=head, chunk_size=chunk_size, precision=precision)
         self._tokens = tokens
 
-    def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
-        return self._tokens(texts, max_length)
+    def features(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        return self._tokens.ours(texts, max_length)
 
 
 def load_ours(folder: Path, tokens: TokenCache, head: str, args: argparse.Namespace,
@@ -288,7 +296,7 @@ def bench_encode(folder: Path, tokens: TokenCache, docs: list[str], args: argpar
 
             def run() -> torch.Tensor:
                 with torch.inference_mode(), autocast_for(device, args.dtype):
-                    return model(**features)
+                    return model(**tokens.ours(docs, args.doc_len))
             backbone = model.model
         else:
             model = load_theirs(folder, args, device).eval()

@@ -11,9 +11,14 @@ no jsonschema, no network), in about three minutes (eight at most):
 3. ``encode_*``: CUDA bf16 fused-head vectors against CPU fp32 naive-head vectors of the same
    model: weights within ``ENCODE_ATOL``, the same top terms up to ties within that tolerance;
 4. ``encode_end_to_end``: texts in, gzipped shards on disk at the ModernBERT-base shape, against
-   the forward alone on the same batches (end to end at least ``E2E_TARGET`` of forward-only);
+   the forward alone on the same batches (end to end at least ``E2E_TARGET`` of forward-only), and on
+   real MS MARCO passages and SciFact abstracts against ``SparseEncoder.encode_document``;
 5. ``bench_splade.py`` at the ModernBERT-base and BERT-base shapes (its defaults); the four speed
    and memory targets of the fused head are judged at ModernBERT-base, as benchmarks/README.md says.
+
+The report's ``targets`` gathers the encode and train figures (``encode_real_speedup``,
+``encode_fixed_speedup``, ``encode_frac_peak``, ``encode_e2e_over_forward``, ``train_speedup``) with
+their targets; they are met or not only on CUDA at full shapes, and "pending" anywhere else.
 
 The model is built offline: a ModernBERT config, random init, and a WordPiece tokenizer whose
 vocabulary is the words and characters of the MS MARCO triples sample shipped in resources/demo.
@@ -59,7 +64,7 @@ from transformers import ModernBertConfig, ModernBertForMaskedLM, PreTrainedToke
 import bench_splade  # noqa: E402  (benchmarks/ is on sys.path when this file runs as a script)
 from splade_rescale.data.datasets import iter_triples_tsv  # noqa: E402
 from splade_rescale.model.heads import init_identity_transform  # noqa: E402
-from splade_rescale.model.splade import SpladeEncoder  # noqa: E402
+from splade_rescale.model.splade import SpladeEncoder, autocast_for  # noqa: E402
 from splade_rescale.training.recipes import resolve_recipe  # noqa: E402
 from splade_rescale.training.train import run_training  # noqa: E402
 
@@ -98,14 +103,17 @@ class Sizes:
     e2e_docs: int  # passages of the end-to-end encode (texts in, shards out)
     e2e_batch: int
     e2e_len: int
+    real_docs: int  # texts of each real corpus (MS MARCO passages, SciFact abstracts) against SparseEncoder
+    real_len: int
 
 
 GPU_SIZES = Sizes(hidden=256, layers=4, heads=4, train_steps=10, batch=16, query_len=32, doc_len=128,
-                  encode_texts=64, bench_args=(), e2e_docs=16_384, e2e_batch=256, e2e_len=128)
+                  encode_texts=64, bench_args=(), e2e_docs=16_384, e2e_batch=256, e2e_len=128,
+                  real_docs=8192, real_len=256)
 TINY_SIZES = Sizes(hidden=32, layers=2, heads=2, train_steps=3, batch=4, query_len=16, doc_len=48,
                    encode_texts=8, bench_args=("--tiny", "--steps", "1", "--warmup", "0", "--batch", "4",
                                                "--doc-len", "16", "--queries", "2", "--query-len", "8"),
-                   e2e_docs=64, e2e_batch=16, e2e_len=32)
+                   e2e_docs=64, e2e_batch=16, e2e_len=32, real_docs=48, real_len=32)
 
 
 @dataclass
@@ -380,7 +388,7 @@ def check_encoding(init_dir: Path, device: torch.device, sizes: Sizes) -> tuple[
 # ---------------------------------------------------------------------------- 4. end-to-end encoding
 
 
-E2E_TARGET = 0.90  # end-to-end encode rate / forward-only rate on the device
+E2E_TARGET = 0.95  # end-to-end encode rate / forward-only rate on the device
 E2E_BIAS_SIGMAS = 3.5  # decoder bias, in initial-logit standard deviations (4.0 gave 57 terms per passage)
 
 
@@ -390,9 +398,14 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
 
     ModernBERT-base shape (the bench's), sparse start (~180 terms per passage, as a trained
     SPLADE's), real MS MARCO passages at ``sizes.e2e_len`` tokens in batches of
-    ``sizes.e2e_batch``. The forward alone runs on the same length-sorted, pre-tokenised
+    ``sizes.e2e_batch``. The forward alone runs on the same token-sorted, pre-tokenised
     batches and synchronises after each; end to end includes tokenising, the device-side
     sparsification, the copy of the non-zeros, JSON lines, gzip and writing.
+
+    Then texts of real lengths as users encode them, side by side with sentence-transformers'
+    ``SparseEncoder.encode_document`` (its own length sort, sparse output, the same shard writer) in
+    the same precision: MS MARCO passages and SciFact abstracts, ``sizes.real_docs`` of each at
+    ``sizes.real_len`` tokens; ``real_speedup`` is their total time over ours.
     """
     import bench_encode
     from splade_rescale.retrieval import encode
@@ -413,8 +426,7 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
     docs = bench_encode.passages(sizes.e2e_docs)
     n, batch, length = len(docs), sizes.e2e_batch, sizes.e2e_len
     encode.encode_docs(enc, iter(docs[:batch]), work / "e2e-warm", length, batch)  # kernels, allocator
-    texts = sorted((t for _, t in docs), key=len, reverse=True)
-    feats = [enc.tokenize(texts[i:i + batch], length) for i in range(0, n, batch)]
+    feats = [enc.pad(b) for b in bench_encode.token_sorted(enc, docs, batch, length)]
     bench_splade.sync(device)
     t0 = time.perf_counter()
     for f in feats:
@@ -429,12 +441,49 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
             "mean_nnz_per_doc": round(stats["mean_nnz_per_doc"], 1), "gzip": stats["gzip"],
             "forward_docs_per_s": round(n / forward, 1), "end_to_end_docs_per_s": round(n / e2e, 1),
             "end_to_end_over_forward": round(ratio, 3)}
+    data["real"] = encode_real_texts(enc, folder, work, device, sizes)
     detail = (f"{data['end_to_end_docs_per_s']:.0f} docs/s end to end vs {data['forward_docs_per_s']:.0f} forward "
               f"only ({ratio:.2f}; {data['mean_nnz_per_doc']:.0f} non-zeros per document)")
     check = (judged("encode_end_to_end_vs_forward", ratio >= E2E_TARGET, detail, ratio, f">= {E2E_TARGET}")
              if judge else Check("encode_end_to_end_vs_forward", "INFO", f"{detail}; CPU or tiny: not judged",
                                  ratio, f">= {E2E_TARGET}"))
     return data, [check]
+
+
+def encode_real_texts(enc: SpladeEncoder, folder: Path, work: Path, device: torch.device,
+                      sizes: Sizes) -> dict[str, Any]:
+    """Ours (``encode.encode_docs``) and ``SparseEncoder.encode_document`` on real texts, texts in and
+    shards out, one after the other per corpus; seconds, padding shares and the speed-up."""
+    import bench_encode
+    from splade_rescale.retrieval import encode
+
+    st = bench_splade.load_theirs(folder, argparse.Namespace(attn="sdpa"), device)
+    out: dict[str, Any] = {"docs": sizes.real_docs, "doc_len": sizes.real_len, "batch": sizes.e2e_batch}
+    for corpus in ("msmarco", "scifact"):
+        docs = bench_encode.passages(sizes.real_docs, corpus)
+        with autocast_for(device, enc.precision):
+            bench_encode.st_encode_and_write(st, docs[:sizes.e2e_batch], work / f"st-warm-{corpus}",
+                                             sizes.e2e_batch, sizes.real_len)
+        t0 = time.perf_counter()
+        encode.encode_docs(enc, iter(docs), work / f"ours-{corpus}", sizes.real_len, sizes.e2e_batch,
+                           total=len(docs), shard_size=len(docs))
+        bench_splade.sync(device)
+        ours = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with autocast_for(device, enc.precision):
+            bench_encode.st_encode_and_write(st, docs, work / f"st-{corpus}", sizes.e2e_batch, sizes.real_len)
+        bench_splade.sync(device)
+        theirs = time.perf_counter() - t0
+        padding = {"char_sorted": bench_encode.padding_share(bench_encode.char_sorted(enc, docs, sizes.e2e_batch,
+                                                                                      sizes.real_len)),
+                   "token_sorted": bench_encode.padding_share(bench_encode.token_sorted(enc, docs, sizes.e2e_batch,
+                                                                                        sizes.real_len))}
+        out[corpus] = {"ours_s": round(ours, 3), "sentence_transformers_s": round(theirs, 3),
+                       "ours_docs_per_s": round(len(docs) / ours, 1), "padding_share": padding}
+    out["speedup"] = round(sum(out[c]["sentence_transformers_s"] for c in ("msmarco", "scifact"))
+                           / sum(out[c]["ours_s"] for c in ("msmarco", "scifact")), 3)
+    del st
+    return out
 
 
 # ---------------------------------------------------------------------------- 5. speed targets
@@ -463,6 +512,31 @@ def check_bench(backbone: str, device: torch.device, sizes: Sizes, judge: bool) 
                    else "CPU or tiny shapes: reported, not judged")
             checks.append(Check(name, "INFO", f"{detail}; {why}", value, f"{op} {target}"))
     return report, checks
+
+
+# ---------------------------------------------------------------------------- the encode and train targets
+
+# One H200, ModernBERT-base shape, bf16: (the stage and its figure, the target).
+TARGETS = {
+    "encode_real_speedup": (("encode_end_to_end", "real", "speedup"), 2.5),
+    "encode_fixed_speedup": (("bench_modernbert-base", "ratios", "encode_speedup"), 1.8),
+    "encode_frac_peak": (("bench_modernbert-base", "ratios", "encode_frac_peak"), 0.35),
+    "encode_e2e_over_forward": (("encode_end_to_end", "end_to_end_over_forward"), E2E_TARGET),
+    "train_speedup": (("bench_modernbert-base", "ratios", "train_speedup"), 1.5),
+}
+
+
+def targets(stages: dict[str, Any], judge: bool) -> dict[str, Any]:
+    """Each target's figure from its stage; ``met`` only where judged (CUDA, full shapes), else pending."""
+    out = {}
+    for name, (path, target) in TARGETS.items():
+        value: Any = stages
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        value = round(value, 3) if isinstance(value, float) else value
+        out[name] = {"value": value, "target": f">= {target}",
+                     "met": (value is not None and value >= target) if judge else "pending: CPU or tiny shapes"}
+    return out
 
 
 # ---------------------------------------------------------------------------- driver
@@ -534,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         for backbone in ("modernbert-base", "bert-base"):
             stage(f"bench_{backbone}",
                   lambda b=backbone: check_bench(b, device, sizes, judge_speed and b == "modernbert-base"))
+    report["targets"] = targets(report["stages"], judge_speed)
+    for name, t in report["targets"].items():
+        print(f"target {name}: {t['value']} ({t['target']}; met: {t['met']})")
     leaked = [m for m in NOT_IMPORTED if m in sys.modules]
     report["checks"].append(asdict(judged("no_pyserini_jsonschema_imports", not leaked,
                                           f"imported: {', '.join(leaked)}" if leaked else

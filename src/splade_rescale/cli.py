@@ -116,10 +116,11 @@ GPUS_HELP = ("GPUs of the job: in a run on one machine, ids of its own claimed f
 
 
 def set_threads(threads: int | None) -> None:
-    """Torch uses the threads Snakemake gave the job, not every core of the machine."""
+    """Torch and the fast tokenizer's pool use the threads Snakemake gave the job, not every core of the machine."""
     if threads:
         import torch
         torch.set_num_threads(threads)
+        os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
 
 
 @command("mine-negatives", lambda p: (

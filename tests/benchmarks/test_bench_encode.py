@@ -26,6 +26,8 @@ def test_stub_mode_reports_the_host_rate_last(tmp_path) -> None:
 
 
 def test_end_to_end_mode_compares_with_sentence_transformers(tmp_path) -> None:
-    report, _ = _bench(tmp_path, "--docs", "24", "--batch", "8", "--doc-len", "32", "--repeats", "1", "--cores", "1")
+    report, _ = _bench(tmp_path, "--docs", "24", "--batch", "8", "--doc-len", "32", "--repeats", "1", "--cores", "1",
+                       "--corpus", "scifact")
     assert report["mode"] == "end_to_end" and len(report["rounds"]) == 1
     assert report["ours_docs_per_s"] > 0 and report["st_docs_per_s"] > 0 and "host_overhead" in report
+    assert 0 <= report["padding_share"]["token_sorted"] <= report["padding_share"]["char_sorted"]

@@ -18,7 +18,7 @@ import torch
 from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
-from splade_rescale.retrieval import encode, lucene, shards
+from splade_rescale.retrieval import encode, lucene, shard_folder
 from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, prune, sparsify
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
@@ -92,25 +92,26 @@ class NonFinite:
     def tokenize(self, texts, max_length):
         return list(texts)
 
-    def encode_sparse(self, texts, quantization, max_active_dims=None):
-        reps = torch.zeros(len(texts), 64)
-        for i, text in enumerate(texts):
-            reps[i, [hash(text) % 64, len(text) % 64]] = 0.5
-            if text == self.bad:
-                reps[i, 7] = self.value
-        return sparsify(reps, quantization, max_active_dims)
+    def encode_sparse(self, batches, quantization, max_active_dims=None):
+        for texts in batches:
+            reps = torch.zeros(len(texts), 64)
+            for i, text in enumerate(texts):
+                reps[i, [hash(text) % 64, len(text) % 64]] = 0.5
+                if text == self.bad:
+                    reps[i, 7] = self.value
+            yield sparsify(reps, quantization, max_active_dims)
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(model_dir, tmp_path, value,
                                                                                 monkeypatch):
-    slow_write = shards._OpenShard.write  # the writer lags: the error arrives with shard 1 still queued
+    slow_write = shard_folder._OpenShard.write  # the writer lags: the error arrives with shard 1 still queued
 
     def lagging(self, *args):
         time.sleep(0.2)
         slow_write(self, *args)
 
-    monkeypatch.setattr(shards._OpenShard, "write", lagging)
+    monkeypatch.setattr(shard_folder._OpenShard, "write", lagging)
     docs = list(load_dataset("x", SPEC).iter_docs())
     docid, text = docs[7]  # in the third shard of three documents
     out = tmp_path / "coll"
@@ -198,9 +199,10 @@ def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp
         def tokenize(self, texts, max_length):
             return texts
 
-        def encode_sparse(self, texts, quantization, max_active_dims=None):
-            Dense.docs += len(texts)
-            return sparsify(torch.rand(len(texts), encoder.vocab_size) + 0.05, quantization)  # all non-zero
+        def encode_sparse(self, batches, quantization, max_active_dims=None):
+            for texts in batches:
+                Dense.docs += len(texts)
+                yield sparsify(torch.rand(len(texts), encoder.vocab_size) + 0.05, quantization)  # all non-zero
 
     docs = [(f"d{i}", "some text") for i in range(500)]
     out = tmp_path / "coll"
@@ -243,11 +245,12 @@ def test_encode_is_atomic(model_dir, encoder, tmp_path):
         def tokenize(self, texts, max_length):
             return encoder.tokenize(texts, max_length)
 
-        def encode_sparse(self, features, quantization, max_active_dims=None):
-            Failing.calls += 1
-            if Failing.calls > 2:
-                raise RuntimeError("boom")
-            return encoder.encode_sparse(features, quantization, max_active_dims)
+        def encode_sparse(self, batches, quantization, max_active_dims=None):
+            for ids in batches:
+                Failing.calls += 1
+                if Failing.calls > 2:
+                    raise RuntimeError("boom")
+                yield from encoder.encode_sparse([ids], quantization, max_active_dims)
 
     out = tmp_path / "coll"
     with pytest.raises(RuntimeError, match="boom"):

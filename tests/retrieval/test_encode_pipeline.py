@@ -28,7 +28,7 @@ import torch
 from conftest import REPO
 from splade_rescale.data.datasets import load_corpus
 from splade_rescale.retrieval import encode
-from splade_rescale.retrieval.shards import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
+from splade_rescale.retrieval.shard_folder import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
 from splade_rescale.retrieval.sparse_rows import SparseRows, prune
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
@@ -120,12 +120,13 @@ class Stub:
     def tokenize(self, texts, max_length):
         return list(texts)
 
-    def encode_sparse(self, texts, quantization, max_active_dims=None):
-        rows = [np.unique(np.frombuffer(t.encode()[:40].ljust(40, b"x"), dtype=np.uint8)).astype(np.int32)
-                for t in texts]
-        indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-        terms = np.concatenate(rows)
-        return SparseRows(indptr, terms, (terms % 7 + 1).astype(np.int32))
+    def encode_sparse(self, batches, quantization, max_active_dims=None):
+        for texts in batches:
+            rows = [np.unique(np.frombuffer(t.encode()[:40].ljust(40, b"x"), dtype=np.uint8)).astype(np.int32)
+                    for t in texts]
+            indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+            terms = np.concatenate(rows)
+            yield SparseRows(indptr, terms, (terms % 7 + 1).astype(np.int32))
 
 
 def test_shards_written_for_the_indexer_threads(tmp_path: Path) -> None:
@@ -149,9 +150,10 @@ class Slow:
         self.enc = encode.load_encoder({model!r}, device="cpu", precision="fp32")
     def tokenize(self, texts, max_length):
         return self.enc.tokenize(texts, max_length)
-    def encode_sparse(self, f, q, k=None):
-        time.sleep(0.15)
-        return self.enc.encode_sparse(f, q, k)
+    def encode_sparse(self, batches, q, k=None):
+        for ids in batches:
+            time.sleep(0.15)
+            yield from self.enc.encode_sparse([ids], q, k)
 
 encode.encode_corpus({model!r}, SPEC, {out!r}, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
                      encoder=Slow())
@@ -189,9 +191,10 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
         def tokenize(self, texts, max_length):
             return enc.tokenize(texts, max_length)
 
-        def encode_sparse(self, features, q, k=None):
-            Counting.calls += len(features["input_ids"])
-            return enc.encode_sparse(features, q, k)
+        def encode_sparse(self, batches, q, k=None):
+            for ids in batches:
+                Counting.calls += len(ids)
+                yield from enc.encode_sparse([ids], q, k)
 
     with caplog.at_level("INFO", logger="splade_rescale.retrieval.encode"):
         stats = encode.encode_corpus(minilm, SPEC, out, MAXLEN, batch_size=2, shard_size=3, precision="fp32",

@@ -35,7 +35,7 @@ from support.training import save_tiny_bert
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
 MAXLEN, SHARD = 48, 3  # 25 documents in 9 shards of 3: two batches of two a shard
-LOGGER = "splade_rescale.retrieval.resume"
+LOGGER = "splade_rescale.retrieval.shard_folder"
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,13 @@ def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, i
         if interrupt_after is not None:
             real, calls = enc.encode_sparse, itertools.count()
 
-            def failing(*args, **kw):
-                if next(calls) >= interrupt_after:
-                    raise RuntimeError("interrupted")
-                return real(*args, **kw)
+            def failing(batches, *args, **kw):
+                def counted():
+                    for batch in batches:
+                        if next(calls) >= interrupt_after:
+                            raise RuntimeError("interrupted")
+                        yield batch
+                return real(counted(), *args, **kw)
 
             enc.encode_sparse = failing
             with pytest.raises(RuntimeError, match="interrupted"):

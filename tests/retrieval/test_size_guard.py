@@ -38,9 +38,10 @@ class Dense:
     def tokenize(self, texts, max_length):
         return texts
 
-    def encode_sparse(self, texts, quantization, max_active_dims=None):
-        self.docs += len(texts)
-        return sparsify(torch.rand(len(texts), VOCAB) + 0.05, quantization)
+    def encode_sparse(self, batches, quantization, max_active_dims=None):
+        for texts in batches:
+            self.docs += len(texts)
+            yield sparsify(torch.rand(len(texts), VOCAB) + 0.05, quantization)
 
 
 @pytest.fixture()

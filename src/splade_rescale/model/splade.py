@@ -12,9 +12,12 @@ the same vectors.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Iterable, Iterator, Literal, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -25,6 +28,17 @@ from splade_rescale.retrieval.sparse_rows import SparseRows, sparsify
 
 HeadImpl = Literal["fused", "naive"]
 Precision = Literal["auto", "bf16", "fp32"]
+
+# A job compiles its backbone (torch.compile) on CUDA when it encodes at least this many texts
+# (documents of a corpus; queries and documents over a training run). Compiling costs about a minute
+# per job; below this the uncompiled backbone finishes first. The GPU gain is pending a GPU run.
+COMPILE_MIN_TEXTS = 200_000
+
+
+def worth_compiling(device: torch.device, texts: int | None) -> bool:
+    """Whether a job that encodes ``texts`` texts on ``device`` compiles its backbone (on CPUs the
+    compile takes minutes for a few percent: never)."""
+    return device.type == "cuda" and (texts or 0) >= COMPILE_MIN_TEXTS
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -74,15 +88,29 @@ class SpladeEncoder(nn.Module):
         self.chunk_size = chunk_size
         self.precision: Precision = precision
         self._head = mlm_head(model)
+        self.compiled = False
+
+    def compile_backbone(self, backend: str = "inductor") -> None:
+        """Compile the backbone for every batch shape: batch and length are symbolic (``dynamic``), so
+        new lengths never recompile; its graphs are at most four (with and without an attention mask,
+        one text or more). Forward and backward both run compiled."""
+        self._head = dataclasses.replace(self._head, encoder=torch.compile(self._head.encoder, dynamic=True,
+                                                                             backend=backend))
+        self.compiled = True
 
     @classmethod
     def from_pretrained(cls, path: str | Path, head: HeadImpl = "fused", device: str | torch.device | None = None,
-                        precision: Precision = "auto", chunk_size: int = 8192) -> "SpladeEncoder":
-        """Load a saved model with fp32 weights (``precision`` only sets the autocast)."""
+                        precision: Precision = "auto", chunk_size: int = 8192,
+                        texts: int | None = None) -> "SpladeEncoder":
+        """Load a saved model with fp32 weights (``precision`` only sets the autocast); compiled when
+        :func:`worth_compiling` for a job of ``texts`` texts."""
         model, _ = load_masked_lm(path)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         encoder = cls(model, tokenizer, head=head, chunk_size=chunk_size, precision=precision)
-        return encoder.to(resolve_device(device))
+        encoder = encoder.to(resolve_device(device))
+        if worth_compiling(encoder.device, texts):
+            encoder.compile_backbone()
+        return encoder
 
     @property
     def device(self) -> torch.device:
@@ -97,30 +125,50 @@ class SpladeEncoder(nn.Module):
     def vocab_size(self) -> int:
         return self._head.decoder.out_features
 
-    def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
-        """Token ids and mask on the host (pinned when the model is on CUDA, for non-blocking copies).
+    def tokenize(self, texts: Sequence[str], max_length: int) -> list[list[int]]:
+        """Token ids per text (special tokens added, cut at ``max_length``), unpadded.
 
-        Safe to call from another thread while the model runs (the encode pipeline does)."""
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
-                               return_tensors="pt")
-        features = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        A chunk is tokenised once and then sorted and batched by token count (:meth:`pad` makes a
+        batch). A fast tokenizer encodes the list on its own threads (``TOKENIZERS_PARALLELISM``,
+        ``RAYON_NUM_THREADS``); safe to call from another thread while the model runs."""
+        return self.tokenizer(list(texts), truncation=True, max_length=max_length,
+                              return_attention_mask=False)["input_ids"]
+
+    def pad(self, ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """A batch of token ids padded to its longest (pinned when the model is on CUDA, for
+        asynchronous copies); no ``attention_mask`` when no text is padded: nothing to mask."""
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        longest = int(lengths.max())
+        input_ids = np.full((len(ids), longest), self.tokenizer.pad_token_id, dtype=np.int64)
+        mask = np.arange(longest) < lengths[:, None]
+        if self.tokenizer.padding_side == "left":
+            mask = mask[:, ::-1]
+        input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        features = {"input_ids": torch.from_numpy(input_ids)}
+        if (lengths < longest).any():
+            features["attention_mask"] = torch.from_numpy(mask.astype(np.int64))
         if self.device.type == "cuda":
             features = {k: v.pin_memory() for k, v in features.items()}
         return features
+
+    def features(self, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:
+        """:meth:`pad` of :meth:`tokenize`: the model's inputs for one batch of texts."""
+        return self.pad(self.tokenize(texts, max_length))
 
     def on_device(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Tokenised features moved to the model's device (non-blocking from pinned memory)."""
         return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """B x V SPLADE weights; ``attention_mask`` None: no padding, and no mask work in the backbone or head."""
         hidden = self._head.hidden_states(input_ids, attention_mask)
         decoder = self._head.decoder
-        pool = fused_splade_pool if self.head_impl == "fused" else naive_splade_pool
         if self.head_impl == "fused":
-            return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_size, self.logit_shift)
-        return pool(hidden, decoder.weight, decoder.bias, attention_mask, self.logit_shift)
+            return fused_splade_pool(hidden, decoder.weight, decoder.bias, attention_mask, self.chunk_size,
+                                     self.logit_shift)
+        return naive_splade_pool(hidden, decoder.weight, decoder.bias, attention_mask, self.logit_shift)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _reps(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         """B x V SPLADE weights on the model's device, in eval mode and the configured precision."""
         was_training = self.training
@@ -133,9 +181,18 @@ class SpladeEncoder(nn.Module):
 
     def encode_batch(self, texts: Sequence[str], max_length: int) -> torch.Tensor:
         """Dense SPLADE vectors (len(texts) x vocab, float32, on CPU) for one batch of texts."""
-        return self._reps(self.tokenize(texts, max_length)).float().cpu()
+        return self._reps(self.features(texts, max_length)).float().cpu()
 
-    def encode_sparse(self, features: dict[str, torch.Tensor], quantization: float,
-                      max_active_dims: int | None = None) -> SparseRows:
-        """Quantised non-zeros of a tokenised batch; rounding, top-k and the scan run on the device."""
-        return sparsify(self._reps(features), quantization, max_active_dims)
+    def encode_sparse(self, batches: Iterable[Sequence[Sequence[int]]], quantization: float,
+                      max_active_dims: int | None = None) -> Iterator[SparseRows]:
+        """Quantised non-zeros of each batch of token ids, in order; rounding, top-k and the scan run on
+        the device. Batch k + 1 is queued on the device before batch k's non-zeros are read back (the
+        read waits for the device), so the device never waits for the host between batches."""
+        queued: torch.Tensor | None = None
+        for ids in batches:
+            reps = self._reps(self.pad(ids))
+            if queued is not None:
+                yield sparsify(queued, quantization, max_active_dims)
+            queued = reps
+        if queued is not None:
+            yield sparsify(queued, quantization, max_active_dims)

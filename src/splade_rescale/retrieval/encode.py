@@ -8,12 +8,14 @@ Weights are ``round(w * quantization)``; zeros are dropped.
 
 The device does the dense work: the encoder hands the host only each text's non-zero
 quantised weights (:mod:`splade_rescale.retrieval.sparse_rows`). Host work overlaps the device: a
-tokeniser thread prepares the next batch while the model runs, and a writer thread formats,
-compresses and writes the previous chunk (:class:`splade_rescale.retrieval.shards.ShardWriter`).
+tokeniser thread tokenises the next chunk (on the fast tokenizer's own threads) while the model runs,
+the encoder queues batch k + 1 before reading back batch k, and a writer thread formats,
+compresses and writes the previous chunk (:class:`splade_rescale.retrieval.shard_folder.ShardWriter`).
 
 Memory stays bounded whatever the corpus size: documents are read in chunks of
-``chunk_size``, sorted by length inside the chunk (less padding), encoded in batches and
-written back in corpus order. Chunks are cut at shard boundaries, so a shard's batches depend
+``chunk_size``, tokenised once, sorted by token count inside the chunk and cut into batches by a
+count and a token budget (almost no padding: docs/measurements.md), encoded and written back in
+corpus order. Chunks are cut at shard boundaries, so a shard's batches depend
 on the shard alone: a run killed after ``k`` finished shards resumes at shard ``k`` (in a
 work folder beside the output, which Snakemake does not delete) and writes the same bytes as
 an uninterrupted run. It resumes only under the same inputs (the model's content, the corpus
@@ -39,35 +41,33 @@ infinite weight stops the encode with one line naming the model, the corpus and 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, Sized
 
 import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
-from splade_rescale.retrieval.resume import (
-    ShardFolder,
-    bf16_autocast,
-    encoder_numerics,
-    resume_inputs,
-    skip_finished,
-    work_folder,
-)
-from splade_rescale.retrieval.shards import (
+from splade_rescale.model.splade import SpladeEncoder
+from splade_rescale.retrieval.shard_folder import (
     COMPRESSOR,
     GZIP_LEVEL,
     Batches,
+    ShardFolder,
     ShardWriter,
     TermStats,
     VectorLines,
+    bf16_autocast,
+    encoder_numerics,
     query_prefix,
+    resume_inputs,
     shard_docs_for,
+    skip_finished,
+    work_folder,
 )
 from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, SparseRows
 
@@ -85,50 +85,86 @@ class TooDenseError(RuntimeError):
 
 
 class Encoder(Protocol):
-    """Tokenise on the host (any thread); encode to host CSR rows, the dense work on the device."""
+    """Tokenise on the host (any thread); encode batches to host CSR rows, the dense work on the device."""
 
-    def tokenize(self, texts: Sequence[str], max_length: int) -> Any: ...
+    def tokenize(self, texts: Sequence[str], max_length: int) -> Sequence[Sized]:
+        """Each text's tokens, unpadded (their count sorts and cuts the batches)."""
 
-    def encode_sparse(self, features: Any, quantization: float, max_active_dims: int | None = None
-                      ) -> SparseRows: ...
+    def encode_sparse(self, batches: Iterable[Sequence[Any]], quantization: float,
+                      max_active_dims: int | None = None) -> Iterator[SparseRows]:
+        """Each batch of tokenised texts' rows, in order (an encoder may queue the next batch first)."""
 
 
 def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None,
-                 precision: str = "auto") -> Encoder:
-    """The project's SPLADE encoder for a saved MLM model folder."""
-    from splade_rescale.model.splade import SpladeEncoder
+                 precision: str = "auto", texts: int | None = None) -> Encoder:
+    """The project's SPLADE encoder for a saved MLM model folder (compiled for a job of ``texts``
+    texts where that pays: :func:`splade_rescale.model.splade.worth_compiling`)."""
+    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision, texts=texts)
 
-    return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision)
+
+def token_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[np.ndarray]:
+    """Positions of texts, most tokens first, cut into batches of at most ``batch_size`` texts and
+    ``batch_tokens`` padded tokens (the batch's first, longest text sets its padded length).
+
+    Sorting by token count, not characters, leaves almost no padding (docs/measurements.md).
+    """
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        fits = max(1, batch_tokens // max(1, int(lengths[order[start]])))
+        end = min(start + batch_size, start + fits, len(order))
+        batches.append(order[start:end])
+        start = end
+    return batches
 
 
-def _encode_sorted(encoder: Encoder, texts: Sequence[str], max_length: int, batch_size: int,
-                   quantization: float, max_active_dims: int | None, pool: ThreadPoolExecutor) -> Batches:
-    """``(positions, rows)`` per batch, longest texts first; the next batch is tokenised meanwhile."""
-    if not texts:
-        return []
-    order = np.argsort([-len(t) for t in texts], kind="stable")
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+def _encode_sorted(encoder: Encoder, tokens: Sequence[Sized], batch_size: int, batch_tokens: int,
+                   quantization: float, max_active_dims: int | None) -> Batches:
+    """``(positions, rows)`` per batch of tokenised texts, batched by :func:`token_batches`."""
+    batches = token_batches([len(t) for t in tokens], batch_size, batch_tokens)
     out: list[tuple[np.ndarray, SparseRows]] = []
-    pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[0]], max_length)
-    for b, positions in enumerate(batches):
-        features = pending.result()
-        if b + 1 < len(batches):
-            pending = pool.submit(encoder.tokenize, [texts[i] for i in batches[b + 1]], max_length)
-        try:
-            out.append((positions, encoder.encode_sparse(features, quantization, max_active_dims)))
-        except NonFiniteWeights as exc:  # its row in ``texts``
-            raise NonFiniteWeights(int(positions[exc.row]), exc.value) from None
+    try:
+        for rows in encoder.encode_sparse(([tokens[i] for i in b] for b in batches), quantization, max_active_dims):
+            out.append((batches[len(out)], rows))
+    except NonFiniteWeights as exc:  # its row in ``tokens``: in the batch after the last one returned
+        raise NonFiniteWeights(int(batches[len(out)][exc.row]), exc.value) from None
     return out
 
 
-def _encode_items(encoder: Encoder, items: Sequence[tuple[str, str]], max_length: int, batch_size: int,
-                  quantization: float, max_active_dims: int | None, pool: ThreadPoolExecutor) -> Batches:
-    """:func:`_encode_sorted` of ``(id, text)`` pairs; a non-finite weight names its id."""
-    try:
-        return _encode_sorted(encoder, [t for _, t in items], max_length, batch_size, quantization,
-                              max_active_dims, pool)
-    except NonFiniteWeights as exc:
-        raise NonFiniteWeights(exc.row, exc.value, items[exc.row][0]) from None
+class Batching(NamedTuple):
+    """How texts become batches: at most ``size`` texts and ``tokens`` padded tokens (None:
+    ``size * max_length``, the largest batch of ``size`` texts) of at most ``max_length`` tokens each."""
+
+    max_length: int
+    size: int
+    tokens: int | None = None
+
+    def token_budget(self) -> int:
+        return self.tokens or self.size * self.max_length
+
+
+def _encode_chunks(encoder: Encoder, chunks: Iterable[Sequence[tuple[str, str]]], batching: Batching,
+                   quantization: float, max_active_dims: int | None
+                   ) -> Iterator[tuple[Sequence[tuple[str, str]], Batches]]:
+    """Each chunk of ``(id, text)`` with its batches; the next chunk is tokenised (once, on the
+    tokenizer's threads) while this one encodes. A non-finite weight names its id."""
+    def tokenize(chunk: Sequence[tuple[str, str]]) -> Sequence[Sized]:
+        return encoder.tokenize([t for _, t in chunk], batching.max_length)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
+        chunks = iter(chunks)
+        chunk = next(chunks, None)
+        pending = pool.submit(tokenize, chunk) if chunk else None
+        while chunk and pending is not None:
+            tokens = pending.result()
+            following = next(chunks, None)
+            pending = pool.submit(tokenize, following) if following else None
+            try:
+                yield chunk, _encode_sorted(encoder, tokens, batching.size, batching.token_budget(), quantization,
+                                            max_active_dims)
+            except NonFiniteWeights as exc:
+                raise NonFiniteWeights(exc.row, exc.value, chunk[exc.row][0]) from None
+            chunk = following
 
 
 def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
@@ -202,7 +238,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
                 chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
                 model_budget_gb: float | None = None, model_docs: int | None = None,
                 size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
-                inputs: Mapping[str, Any] | None = None) -> dict:
+                inputs: Mapping[str, Any] | None = None, batch_tokens: int | None = None) -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
     With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
@@ -211,7 +247,8 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     document over ``model_docs`` documents exceed that.
     Finished shards of an interrupted run are verified and kept when it had the same
     ``inputs`` (what the vectors depend on upstream: model, corpus), output settings, encoder
-    numerics (:func:`encoder_numerics`) and batching; only the rest is encoded.
+    numerics (:func:`encoder_numerics`) and batching; only the rest is encoded. Batches hold at most
+    ``batch_size`` documents and ``batch_tokens`` padded tokens (:class:`Batching`).
     """
     out_dir = Path(out_dir)
     folder = ShardFolder(work_folder(out_dir))
@@ -219,9 +256,11 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
     sample = min(size_sample, shard_docs) if budgets.active() else None  # shard 0's first chunk
     numerics = encoder_numerics(encoder)
+    batching = Batching(max_length, batch_size, batch_tokens)
     key = {**(inputs or {}), "docs": total, "shard_docs": shard_docs, "max_length": max_length,
            "quantization": quantization, "max_active_dims": max_active_dims, "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
-           **numerics, "batch_size": batch_size, "chunk_size": chunk_size, "size_sample": sample}
+           **numerics, "batch_size": batch_size, "batch_tokens": batch_tokens, "sorted_by": "tokens",
+           "chunk_size": chunk_size, "size_sample": sample}
     finished = folder.start(key, shard_docs, total)
     done = sum(r.docs for r in finished)
     prior = TermStats()
@@ -242,10 +281,9 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
         if sample and finished:  # judged on the sample kept by the first run, or (none kept) the finished shards
             kept = folder.size_sample or {"docs": done, "bytes": sum(r.bytes for r in finished), "nnz": prior.nnz}
             estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
-        with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool, \
-                tqdm(total=total, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
-            for chunk in _shard_chunks(docs, done, shard_docs, chunk_size, sample):
-                batches = _encode_items(encoder, chunk, max_length, batch_size, quantization, max_active_dims, pool)
+        chunks = _shard_chunks(docs, done, shard_docs, chunk_size, sample)
+        with tqdm(total=total, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
+            for chunk, batches in _encode_chunks(encoder, chunks, batching, quantization, max_active_dims):
                 measure = estimate is None and sample is not None
                 writer.put([d for d, _ in chunk], batches, measure=measure)
                 bar.update(len(chunk))
@@ -286,9 +324,9 @@ def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: st
     """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats."""
     qids = list(queries)
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
-        batches = _encode_items(encoder, [(q, queries[q]) for q in qids], max_length, batch_size, quantization,
-                                None, pool)
+    items = [(q, queries[q]) for q in qids]
+    batches = [b for _, batches in _encode_chunks(encoder, [items], Batching(max_length, batch_size), quantization,
+                                                  None) for b in batches]
     secs = time.perf_counter() - t0
     stats = TermStats()
     for _, rows in batches:
@@ -329,7 +367,7 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
 
     docs, known = load_corpus(name, corpus_spec, root, count=total is None)
     total = total or known
-    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision, texts=total)
     try:
         stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
                             budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
@@ -380,17 +418,3 @@ def encode_query_sets(model_dir: str | Path, query_sets: Mapping[str, Mapping], 
         log.info("%s: %d queries", name, out[name]["n_queries"])
     return out
 
-
-def read_stats(path: str | Path) -> dict:
-    """Read a stats JSON written by this module."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def term_df_array(stats: Mapping, vocab_size: int | None = None) -> np.ndarray:
-    """The ``term_df`` of a stats dict as a dense array (index = token id)."""
-    df = stats["term_df"]
-    size = vocab_size or (max(map(int, df), default=-1) + 1)
-    arr = np.zeros(size, dtype=np.int64)
-    for t, c in df.items():
-        arr[int(t)] = c
-    return arr

@@ -50,7 +50,7 @@ from splade_rescale.model.losses import (
     margin_mse_loss,
     regulariser_weight,
 )
-from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16
+from splade_rescale.model.splade import SpladeEncoder, autocast_for, resolve_device, uses_bf16, worth_compiling
 from splade_rescale.rule_params import training_recipe
 from splade_rescale.training.data import Example, streamed_files, training_stream
 from splade_rescale.training.recipes import TrainingConfigError, check_recipe_keys
@@ -106,11 +106,14 @@ def _init_distributed(dev: torch.device) -> tuple[int, int, torch.device]:
 
 
 def _optimizer(model: torch.nn.Module, recipe: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW (no weight decay on biases and norm weights, i.e. 1-D tensors) + linear warm-up/decay."""
+    """AdamW (no weight decay on biases and norm weights, i.e. 1-D tensors) + linear warm-up/decay.
+
+    On CUDA the fused AdamW: one kernel for every parameter's update instead of several per tensor.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": recipe["weight_decay"]},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=recipe["lr"])
+    opt = torch.optim.AdamW(groups, lr=recipe["lr"], fused=all(p.is_cuda for p in params) or None)
     warm, total = recipe["warmup_steps"], recipe["steps"]
 
     def factor(step: int) -> float:
@@ -257,9 +260,9 @@ def _micro_step(encoder: SpladeEncoder, batch: list[Example], recipe: Mapping[st
     n = recipe["negatives_per_query"]
     docs = [ex["positive"] for ex in batch] + [d for ex in batch for d in ex["negatives"][:n]]
     with autocast_for(encoder.device, recipe["precision"]):
-        q = encoder(**encoder.on_device(encoder.tokenize([ex["query"] for ex in batch],
+        q = encoder(**encoder.on_device(encoder.features([ex["query"] for ex in batch],
                                                          recipe["query_max_length"]))).float()
-        d = encoder(**encoder.on_device(encoder.tokenize(docs, recipe["doc_max_length"]))).float()
+        d = encoder(**encoder.on_device(encoder.features(docs, recipe["doc_max_length"]))).float()
     # Documents of all ranks: positives first (in rank order), then negatives.
     b = len(batch)
     pos_all, offset = gather_rows(d[:b])
@@ -352,6 +355,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
     tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
     encoder = SpladeEncoder(model, tokenizer, head=recipe["head"], chunk_size=recipe["chunk_size"],
                             precision=recipe["precision"]).to(dev)
+    if worth_compiling(dev, recipe["steps"] * recipe["batch_size"] * (2 + recipe["negatives_per_query"])):
+        encoder.compile_backbone()  # forward and backward; a long run on CUDA
     encoder.train()
     optimizer, scheduler = _optimizer(encoder, recipe)
     params = [p for p in encoder.parameters() if p.requires_grad]
@@ -395,8 +400,10 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
             dist.all_reduce(totals)
             totals /= world
         max_norm = recipe["max_grad_norm"] if recipe["max_grad_norm"] > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        values = dict(zip(_STAT_NAMES, totals.tolist()))
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        # the step's one host sync: the collapse check needs the loss and norm before the update
+        *stats, grad_norm = torch.cat([totals, norm.reshape(1).to(totals)]).tolist()
+        values = dict(zip(_STAT_NAMES, stats))
         lr = scheduler.get_last_lr()[0]
         if not (math.isfinite(values["loss"]) and math.isfinite(grad_norm)):
             status, reason, collapse_step = "collapsed", f"non-finite loss ({values['loss']}) or gradient " \
@@ -438,7 +445,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
               "recipe": training_recipe(recipe), "data": data_spec, "vocab_size": vocab,
               "init_dir": str(init_dir), "final_dir": str(final_dir), "device": str(dev), "world_size": world,
               "dtype": weights_dtype(encoder.model),  # master weights; bf16 only through autocast
-              "bf16_autocast": fingerprint["bf16_autocast"], "head": recipe["head"], "last_log": last_row,
+              "bf16_autocast": fingerprint["bf16_autocast"], "compiled_backbone": encoder.compiled,
+              "head": recipe["head"], "last_log": last_row,
               "logit_shift": encoder.logit_shift,  # final/ carries it in its decoder bias
               "wall_s_this_run": time.perf_counter() - started,
               "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__}}
