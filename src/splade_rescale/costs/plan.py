@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from splade_rescale.config import query_max_length
+from splade_rescale.errors import ConfigError
 from splade_rescale.costs.model_shapes import ModelShape, model_shape
 from splade_rescale.data.corpora import corpora
 from splade_rescale.runs import PUBLISHED_RUN, split_run
