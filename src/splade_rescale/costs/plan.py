@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from splade_rescale.config import query_max_length
-from splade_rescale.errors import ConfigError
 from splade_rescale.costs.model_shapes import ModelShape, model_shape
 from splade_rescale.data.corpora import corpora
+from splade_rescale.errors import ConfigError
 from splade_rescale.runs import PUBLISHED_RUN, split_run
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 
