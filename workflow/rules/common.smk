@@ -101,7 +101,8 @@ def prepared_corpus(corpus):
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
     published="|".join(map(re.escape, PUBLISHED_MODELS)) or "(?!)",
-    variant=RUN_PATTERN,  # rescale and norms_variant: VARIANT_PATTERN (no seed folder)
+    run=RUN_PATTERN,  # a training run: {variant} or {variant}/seed-{n}
+    variant=VARIANT_PATTERN,  # a variant's norms and init, shared by its seeds' runs
     dataset="[A-Za-z0-9_.-]+",
     corpus="[A-Za-z0-9_.-]+",
 
@@ -247,7 +248,7 @@ def judged_manifest(w):
     verdict reruns nothing but the judgement and the tables. Decided here, from the run's training
     record, by the same judgement the rule makes.
     """
-    path = res(f"models/{w.backbone}/{w.variant}/manifest.json")
+    path = res(f"models/{w.backbone}/{w.run}/manifest.json")
     if w.backbone in PUBLISHED_MODELS:
         return path
     folder = Path(path).parent
@@ -256,7 +257,7 @@ def judged_manifest(w):
         return path
     try:
         status = json.loads(Path(path).read_text())["status"]
-        floors = verdict_floors(resolve_recipe(config, w.backbone, w.variant))
+        floors = verdict_floors(resolve_recipe(config, w.backbone, w.run))
         same = judge_files(record, series, floors)["status"] == status
     except (OSError, ValueError, KeyError):
         same = False  # an unreadable record: the stages rerun after the judgement
@@ -340,7 +341,7 @@ def settings(*names):
 def streamed_inputs(w):
     """The local files a training run reads itself (an examples file, teacher scores): none where its
     examples are prepared (PREPARED_EXAMPLES, data.smk); mined examples are its examples input already."""
-    if (w.backbone, w.variant) in PREPARED_EXAMPLES:
+    if (w.backbone, w.run) in PREPARED_EXAMPLES:
         return []
     data = {k: v for k, v in TRAIN_DATA.items() if not (MINED and k == "examples")}
-    return streamed_files(data, resolve_recipe(config, w.backbone, w.variant))
+    return streamed_files(data, resolve_recipe(config, w.backbone, w.run))

@@ -15,12 +15,12 @@ rule encode_corpus:
     """
     input:
         manifest=judged_manifest,
-        model=res("models/{backbone}/{variant}/final"),
+        model=res("models/{backbone}/{run}/final"),
         prepared=prepared_corpus("{corpus}"),  # data.smk: the corpus local, its document count
         settings=lambda w: settings(f"corpus-encoding.{w.backbone}"),
     output:
-        corpus=temp(directory(res("encoded/{backbone}/{variant}/corpora/{corpus}"))),
-        stats=res("encoded/{backbone}/{variant}/corpora/{corpus}.stats.json"),
+        corpus=temp(directory(res("encoded/{backbone}/{run}/corpora/{corpus}"))),
+        stats=res("encoded/{backbone}/{run}/corpora/{corpus}.stats.json"),
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(config, w.backbone)),
@@ -29,9 +29,9 @@ rule encode_corpus:
     resources:
         gpu=gpu_count(),
     log:
-        res("logs/encode_corpus/{backbone}.{variant}.{corpus}.log"),
+        res("logs/encode_corpus/{backbone}.{run}.{corpus}.log"),
     benchmark:
-        res("benchmarks/encode_corpus/{backbone}.{variant}.{corpus}.tsv")
+        res("benchmarks/encode_corpus/{backbone}.{run}.{corpus}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -50,13 +50,13 @@ rule encode_queries:
     so they do not rerun."""
     input:
         manifest=judged_manifest,
-        model=res("models/{backbone}/{variant}/final"),
+        model=res("models/{backbone}/{run}/final"),
         prepared=PREPARED_QUERIES,  # data.smk: ir_datasets queries and qrels cached
         local=local_query_files(),
         settings=lambda w: settings(f"query-encoding.{w.backbone}", *(f"queries.{d}" for d in DATASETS)),
     output:
-        queries=[res(f"encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl") for d in DATASETS],
-        stats=[res(f"encoded/{{backbone}}/{{variant}}/queries/{d}.jsonl.stats.json") for d in DATASETS],
+        queries=[res(f"encoded/{{backbone}}/{{run}}/queries/{d}.jsonl") for d in DATASETS],
+        stats=[res(f"encoded/{{backbone}}/{{run}}/queries/{d}.jsonl.stats.json") for d in DATASETS],
     params:
         query_sets=lambda w: as_json(query_sets(config, w.backbone)),
         encoding=lambda w: as_json(query_encoding(config, w.backbone)),
@@ -66,9 +66,9 @@ rule encode_queries:
     resources:
         gpu=gpu_count(),
     log:
-        res("logs/encode_queries/{backbone}.{variant}.log"),
+        res("logs/encode_queries/{backbone}.{run}.log"),
     benchmark:
-        res("benchmarks/encode_queries/{backbone}.{variant}.tsv")
+        res("benchmarks/encode_queries/{backbone}.{run}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
@@ -83,14 +83,14 @@ rule impact_index:
     direct, or Anserini's IndexCollection) is a runtime setting: both write the same postings,
     so editing it reruns no job (to rebuild with the other, --forcerun impact_index)."""
     input:
-        res("encoded/{backbone}/{variant}/corpora/{corpus}"),
+        res("encoded/{backbone}/{run}/corpora/{corpus}"),
     output:
-        directory(res("indexes/{backbone}/{variant}/{corpus}")),
+        directory(res("indexes/{backbone}/{run}/{corpus}")),
     threads: THREADS["lucene"]
     log:
-        res("logs/index/{backbone}.{variant}.{corpus}.log"),
+        res("logs/index/{backbone}.{run}.{corpus}.log"),
     benchmark:
-        res("benchmarks/index/{backbone}.{variant}.{corpus}.tsv")
+        res("benchmarks/index/{backbone}.{run}.{corpus}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:

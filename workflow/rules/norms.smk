@@ -18,8 +18,6 @@ rule norms_backbone:
 
 
 rule norms_variant:
-    wildcard_constraints:
-        variant=VARIANT_PATTERN,  # a variant's, shared by its seeds' runs
     input:
         model=res("models/{backbone}/{variant}/init"),
         probe=[config["probe"]["queries"], config["probe"]["passages"]],

@@ -1,6 +1,4 @@
 rule rescale_head:
-    wildcard_constraints:
-        variant=VARIANT_PATTERN,  # a variant's, shared by its seeds' runs
     input:
         unpack(rescale_norm_inputs),
         model=res("backbones/{backbone}/model"),

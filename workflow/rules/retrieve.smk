@@ -6,26 +6,26 @@ rule impact_retrieve:
     rerun of the model's one query job (a dataset added) reruns no other dataset's search; what the
     vectors are made from is in the params instead (rule_params.search_spec)."""
     input:
-        index=lambda w: res(f"indexes/{w.backbone}/{w.variant}/{CORPUS_OF[w.dataset]}"),
-        queries=ancient(res("encoded/{backbone}/{variant}/queries/{dataset}.jsonl")),
+        index=lambda w: res(f"indexes/{w.backbone}/{w.run}/{CORPUS_OF[w.dataset]}"),
+        queries=ancient(res("encoded/{backbone}/{run}/queries/{dataset}.jsonl")),
         settings=lambda w: settings(f"query-encoding.{w.backbone}", f"queries.{w.dataset}",
                                     f"search.{w.dataset}"),
     output:
-        run=res("runs/{backbone}/{variant}/{dataset}.trec"),
-        stats=res("runs/{backbone}/{variant}/{dataset}.stats.json"),
+        run=res("runs/{backbone}/{run}/{dataset}.trec"),
+        stats=res("runs/{backbone}/{run}/{dataset}.stats.json"),
     params:
         search=lambda w: as_json(search_spec(config, w.backbone, w.dataset)),
         k=config["retrieval"]["k"],
     threads: THREADS["lucene"]
     log:
-        res("logs/retrieve/{backbone}.{variant}.{dataset}.log"),
+        res("logs/retrieve/{backbone}.{run}.{dataset}.log"),
     benchmark:
-        res("benchmarks/retrieve/{backbone}.{variant}.{dataset}.tsv")
+        res("benchmarks/retrieve/{backbone}.{run}.{dataset}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale retrieve --index {input.index} --queries {input.queries} --name {wildcards.dataset} "
-        "--dataset {params.search:q} --k {params.k} --threads {threads} --tag {wildcards.backbone}.{wildcards.variant} "
+        "--dataset {params.search:q} --k {params.k} --threads {threads} --tag {wildcards.backbone}.{wildcards.run} "
         "--run {output.run} --stats {output.stats} > {log} 2>&1"
 
 

@@ -32,35 +32,35 @@ rule train:
     (common.smk), the collapse floors go to judge_training. With train_gpus > 1 the command starts
     itself under torchrun (DDP)."""
     input:
-        init=lambda w: res(f"models/{w.backbone}/{split_run(w.variant)[0]}/init"),  # shared by its seeds
+        init=lambda w: res(f"models/{w.backbone}/{split_run(w.run)[0]}/init"),  # shared by its seeds
         examples=(res("training/examples.jsonl") if MINED  # other sources: prepared in data.smk
-                  else lambda w: PREPARED_EXAMPLES.get((w.backbone, w.variant), [])),
+                  else lambda w: PREPARED_EXAMPLES.get((w.backbone, w.run), [])),
         streamed=streamed_inputs,
     output:
-        record=res("models/{backbone}/{variant}/training.json"),
-        series=res("models/{backbone}/{variant}/sparsity.csv"),
-        model=directory(res("models/{backbone}/{variant}/final")),
-        log_csv=res("models/{backbone}/{variant}/train_log.csv"),
+        record=res("models/{backbone}/{run}/training.json"),
+        series=res("models/{backbone}/{run}/sparsity.csv"),
+        model=directory(res("models/{backbone}/{run}/final")),
+        log_csv=res("models/{backbone}/{run}/train_log.csv"),
     params:
-        recipe=lambda w: as_json(training_recipe(resolve_recipe(config, w.backbone, w.variant))),
+        recipe=lambda w: as_json(training_recipe(resolve_recipe(config, w.backbone, w.run))),
         data=as_json(TRAIN_DATA),
         examples=lambda w, input: f"--{'examples' if MINED else 'prepared'} {input.examples}" if input.examples else "",
         # a param, not an output: it outlives a failed job, with the log rows up to each checkpoint
-        checkpoints=res("models/{backbone}/{variant}/checkpoints"),
+        checkpoints=res("models/{backbone}/{run}/checkpoints"),
     threads: THREADS["train"]
     priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
         gpu=lambda w: train_gpus(w.backbone),
     log:
-        res("logs/train/{backbone}.{variant}.log"),
+        res("logs/train/{backbone}.{run}.log"),
     benchmark:
-        res("benchmarks/train/{backbone}.{variant}.tsv")
+        res("benchmarks/train/{backbone}.{run}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale train --gpus {resources.gpu} --init {input.init} --recipe {params.recipe:q} "
         "--data {params.data:q} {params.examples} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
-        "--run-key {wildcards.backbone}/{wildcards.variant} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} "
+        "--run-key {wildcards.backbone}/{wildcards.run} --device \"$SPLADE_RESCALE_DEVICE\" --threads {threads} "
         "--checkpoints {params.checkpoints} --final {output.model} --log-csv {output.log_csv} "
         "--record {output.record} --series {output.series} > {log} 2>&1"
 
@@ -73,16 +73,16 @@ rule judge_training:
     """The sparsity verdict on a finished run under the collapse floors (splade_rescale.training.verdict):
     seconds on the host, so new floors rerun this and the tables, not the training."""
     input:
-        record=res("models/{backbone}/{variant}/training.json"),
-        series=res("models/{backbone}/{variant}/sparsity.csv"),
+        record=res("models/{backbone}/{run}/training.json"),
+        series=res("models/{backbone}/{run}/sparsity.csv"),
     output:
-        res("models/{backbone}/{variant}/manifest.json"),
+        res("models/{backbone}/{run}/manifest.json"),
     params:
-        floors=lambda w: as_json(verdict_floors(resolve_recipe(config, w.backbone, w.variant))),
+        floors=lambda w: as_json(verdict_floors(resolve_recipe(config, w.backbone, w.run))),
     log:
-        res("logs/judge_training/{backbone}.{variant}.log"),
+        res("logs/judge_training/{backbone}.{run}.log"),
     benchmark:
-        res("benchmarks/judge_training/{backbone}.{variant}.tsv")
+        res("benchmarks/judge_training/{backbone}.{run}.tsv")
     conda:
         "../../envs/pipeline.yaml"
     shell:
