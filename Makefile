@@ -64,7 +64,7 @@ miniature: $(STAMP)
 # docs/measurements.md).
 test: $(STAMP)
 	OMP_WAIT_POLICY=PASSIVE $(SHORT_JVM) PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -n $(CORES) \
-		--dist loadscope --no-loadscope-reorder -m "not serial" --durations=15
+		--dist loadscope --no-loadscope-reorder --durations=15
 
 # A real SLURM (Debian's slurm-wlm + munge, installed here if missing) on this host, in a
 # temporary folder: tests/workflow/test_slurm_cluster.py, skipped by `make test` (no env var there).

@@ -72,20 +72,11 @@ def fixture_results(tmp_path: Path) -> dict:
     return write_results(tmp_path)
 
 
-SERIAL_TESTS = REPO / "tests" / "serial"
 DEMO_MODULE = "tests/workflow/test_demo_workflow.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The demo workflow's module first: under ``pytest -n 2 --dist loadscope --no-loadscope-reorder``
     (``make test``) its ten-minute workflow then starts at once, beside the other modules, instead of
-    after them (tests/workflow/test_workflow.py::test_make_test_starts_the_demo_workflow_first).
-
-    Tests marked ``serial`` live in tests/serial/: ``make test`` runs that folder alone, without
-    collecting (importing) the whole suite again; a ``serial`` test elsewhere would run in neither phase."""
-    misplaced = [item.nodeid for item in items
-                 if item.get_closest_marker("serial") and SERIAL_TESTS not in Path(item.path).parents]
-    if misplaced:
-        raise pytest.UsageError(f"{misplaced[0]}: a test marked serial must live in tests/serial/ "
-                                "(make test runs only that folder alone); move it there")
+    after them (tests/workflow/test_workflow.py::test_make_test_starts_the_demo_workflow_first)."""
     items.sort(key=lambda item: item.nodeid.split("::")[0] != DEMO_MODULE)

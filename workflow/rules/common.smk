@@ -32,7 +32,7 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
-# Every output of a config lands under results/{experiment}/: demo, miniature, rehearsal and paper
+# Every output of a config lands under results/{experiment}/: demo, miniature and paper
 # runs share one checkout without touching each other's files.
 RESULTS = f"results/{config['experiment']}"
 try:
