@@ -86,7 +86,9 @@ rule impact_index:
         res("encoded/{backbone}/{run}/corpora/{corpus}"),
     output:
         directory(res("indexes/{backbone}/{run}/{corpus}")),
-    threads: THREADS["lucene"]
+    # The direct builder keeps about one core busy whatever its threads (its Python side holds the
+    # GIL; benchmarks/results/bench_impact_index.json): one thread, so that index jobs run side by side.
+    threads: 1 if config["retrieval"]["impact_indexer"] == "direct" else THREADS["lucene"]
     log:
         res("logs/index/{backbone}.{run}.{corpus}.log"),
     benchmark:

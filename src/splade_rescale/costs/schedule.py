@@ -150,7 +150,7 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
     out = []
     for j in jobs:
         rule, w = j["rule"], j["wildcards"]
-        model = by_model.get((w.get("backbone"), w.get("variant")))
+        model = by_model.get((w.get("backbone"), w.get("run")))
         hours = {"train": lambda: model["train_gpu_h"] / max(1, j["gpus"]),
                  "encode_corpus": lambda: model["encode_corpus_h"][w["corpus"]],
                  "encode_queries": lambda: model["query_gpu_h"],
