@@ -1,5 +1,5 @@
-"""The package's imports form layers: no module reaches itself through imports, counting every
-``import`` and ``from ... import`` (top level, inside functions, under ``TYPE_CHECKING``)."""
+"""The package's imports form layers: no module, and no subpackage, reaches itself through imports,
+counting every ``import`` and ``from ... import`` (top level, inside functions, under ``TYPE_CHECKING``)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,17 @@ def path_around(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_the_package_has_no_import_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles (move the shared concept to a module both can import):\n" + "\n".join(
+        " -> ".join(c) for c in found)
+
+
+def test_the_subpackages_form_layers():
+    """splade_rescale.model must not import splade_rescale.retrieval while retrieval imports model."""
+    top = lambda name: ".".join(name.split(".")[:2])  # noqa: E731
+    graph: dict[str, set[str]] = {}
+    for name, targets in import_graph().items():
+        graph.setdefault(top(name), set()).update(top(t) for t in targets if top(t) != top(name))
+    found = cycles(graph)
+    assert not found, "subpackage cycles (move the shared concept down a layer):\n" + "\n".join(
         " -> ".join(c) for c in found)
 
 

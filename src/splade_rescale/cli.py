@@ -231,7 +231,7 @@ def prepare_queries_cmd(args: argparse.Namespace) -> None:
 ))
 def prepare_training_source_cmd(args: argparse.Namespace) -> None:
     """Cache an ir_datasets training source's doc pairs and queries once, for every recipe's examples."""
-    from splade_rescale.data.prepare import prepare_training_source
+    from splade_rescale.training.data import prepare_training_source
     prepare_training_source(args.data, args.out)
 
 

@@ -18,8 +18,8 @@ import torch
 from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
+from splade_rescale.model.sparse_rows import NonFiniteWeights, prune, sparsify
 from splade_rescale.retrieval import encode, lucene, shard_folder
-from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, prune, sparsify
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}

@@ -27,9 +27,9 @@ import torch
 
 from conftest import REPO
 from splade_rescale.data.datasets import load_corpus
+from splade_rescale.model.sparse_rows import SparseRows, prune
 from splade_rescale.retrieval import encode
 from splade_rescale.retrieval.shard_folder import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
-from splade_rescale.retrieval.sparse_rows import SparseRows, prune
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}

@@ -22,8 +22,8 @@ import torch
 from splade_rescale import cli
 from splade_rescale.data import datasets
 from splade_rescale.data.prepare import model_documents, prepare_corpus, prepared_docs
+from splade_rescale.model.sparse_rows import sparsify
 from splade_rescale.retrieval import encode
-from splade_rescale.retrieval.sparse_rows import sparsify
 
 SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # unknown to ir_datasets
 N_DOCS, SAMPLE, VOCAB = 100, 20, 1000

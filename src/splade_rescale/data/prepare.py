@@ -7,9 +7,10 @@ The rules in ``workflow/rules/data.smk`` call these through ``splade-rescale pre
   a local corpus (or a subset) is only counted: it has nothing to download. Either way the
   document count is written; it is the total that encode_corpus's size guard extrapolates to.
 * :func:`prepare_queries`: an ir_datasets dataset's queries and qrels fetched into that cache.
-* :func:`prepare_training_source`: an ir_datasets training source's doc pairs and queries
-  cached once; :func:`splade_rescale.training.data.prepare_examples` then writes the examples
-  each recipe reads to a local file.
+
+An ir_datasets training source's doc pairs and queries are cached once by
+:func:`splade_rescale.training.data.prepare_training_source`; its ``prepare_examples`` then writes the
+examples each recipe reads to a local file.
 
 Train and encode jobs then read only local files (ir_datasets' cache counts as local once
 prepared), and no two jobs build one ir_datasets cache at once (ir_datasets takes no lock).
@@ -34,7 +35,8 @@ from splade_rescale.digests import file_sha256
 log = logging.getLogger(__name__)
 
 
-def _irds_home() -> str:
+def irds_home() -> str:
+    """ir_datasets' cache folder, as a preparation record names it."""
     import ir_datasets
 
     return str(ir_datasets.util.home_path())
@@ -74,7 +76,7 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
     record: dict[str, Any] = {"corpus": name, "spec": dict(spec)}
     if spec["source"] == "ir_datasets" and not spec.get("subset"):
         docs = _irds_docs_count(spec["id"])
-        record["ir_datasets_home"] = _irds_home()
+        record["ir_datasets_home"] = irds_home()
     else:  # local files, or a subset (one pass over its corpus; ir_datasets downloads it here)
         _, docs = load_corpus(name, spec, root)
     if not docs:
@@ -96,23 +98,9 @@ def prepare_queries(name: str, spec: Mapping[str, Any], out: str | Path, root: s
     record = {"dataset": name, "queries": len(ds.queries), "qrels": sum(len(v) for v in ds.qrels.values()),
               "seconds": round(time.perf_counter() - t0, 3)}
     if spec["source"] == "ir_datasets":
-        record["ir_datasets_home"] = _irds_home()
+        record["ir_datasets_home"] = irds_home()
     write_json(out, record)
     log.info("dataset %s: %d judged queries", name, record["queries"])
-    return record
-
-
-def prepare_training_source(spec: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
-    """Cache an ir_datasets training source's doc pairs and queries; write what was cached to ``out``."""
-    from splade_rescale.training.data import TrainingDataError, fetch_irds_source
-
-    if spec.get("source") != "ir_datasets" or "id" not in spec:
-        raise TrainingDataError("training.data: prepare-training-source is for source ir_datasets with an 'id'")
-    t0 = time.perf_counter()
-    record = {**fetch_irds_source(str(spec["id"])), "ir_datasets_home": _irds_home(),
-              "seconds": round(time.perf_counter() - t0, 3)}
-    write_json(out, record)
-    log.info("training source %s cached (%.0f s)", spec["id"], record["seconds"])
     return record
 
 

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from splade_rescale.model.fused_head import fused_splade_pool, naive_splade_pool
 from splade_rescale.model.heads import load_masked_lm, logit_shift, mlm_head
-from splade_rescale.retrieval.sparse_rows import SparseRows, sparsify
+from splade_rescale.model.sparse_rows import SparseRows, sparsify
 
 HeadImpl = Literal["fused", "naive"]
 Precision = Literal["auto", "bf16", "fp32"]

@@ -7,7 +7,7 @@ tokens containing spaces or punctuation alike), and queries use the same ids.
 Weights are ``round(w * quantization)``; zeros are dropped.
 
 The device does the dense work: the encoder hands the host only each text's non-zero
-quantised weights (:mod:`splade_rescale.retrieval.sparse_rows`). Host work overlaps the device: a
+quantised weights (:mod:`splade_rescale.model.sparse_rows`). Host work overlaps the device: a
 tokeniser thread tokenises the next chunk (on the fast tokenizer's own threads) while the model runs,
 the encoder queues batch k + 1 before reading back batch k, and a writer thread formats,
 compresses and writes the previous chunk (:class:`splade_rescale.retrieval.shard_folder.ShardWriter`).
@@ -54,6 +54,7 @@ import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
+from splade_rescale.model.sparse_rows import NonFiniteWeights, SparseRows
 from splade_rescale.model.splade import SpladeEncoder
 from splade_rescale.retrieval.shard_folder import (
     COMPRESSOR,
@@ -71,7 +72,6 @@ from splade_rescale.retrieval.shard_folder import (
     skip_finished,
     work_folder,
 )
-from splade_rescale.retrieval.sparse_rows import NonFiniteWeights, SparseRows
 
 log = logging.getLogger(__name__)
 

@@ -51,8 +51,8 @@ except ImportError:  # pragma: no cover - isal is a dependency of the package
     COMPRESSOR = "zlib"
 
 from splade_rescale.atomic import atomic_file, fsync_path, replace_dir, write_json
+from splade_rescale.model.sparse_rows import SparseRows
 from splade_rescale.model.splade import SpladeEncoder, uses_bf16
-from splade_rescale.retrieval.sparse_rows import SparseRows
 
 log = logging.getLogger(__name__)
 

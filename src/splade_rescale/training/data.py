@@ -27,6 +27,7 @@ import itertools
 import json
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
 from splade_rescale.data.datasets import iter_triples_tsv, load_dataset
+from splade_rescale.data.prepare import irds_home
 
 log = logging.getLogger(__name__)
 
@@ -338,3 +340,15 @@ def mine_bm25_examples(spec: Mapping[str, Any], out_path: str | Path, index_dir:
         log.warning("mining: %d queries had fewer than %d BM25 negatives (skipped)", n_short, negatives)
     return {"examples": n_written, "queries": len(positives) - n_short, "skipped_queries": n_short,
             "negatives_per_query": negatives, "depth": depth}
+
+
+def prepare_training_source(spec: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
+    """Cache an ir_datasets training source's doc pairs and queries; write what was cached to ``out``."""
+    if spec.get("source") != "ir_datasets" or "id" not in spec:
+        raise TrainingDataError("training.data: prepare-training-source is for source ir_datasets with an 'id'")
+    t0 = time.perf_counter()
+    record = {**fetch_irds_source(str(spec["id"])), "ir_datasets_home": irds_home(),
+              "seconds": round(time.perf_counter() - t0, 3)}
+    write_json(out, record)
+    log.info("training source %s cached (%.0f s)", spec["id"], record["seconds"])
+    return record
