@@ -178,7 +178,7 @@ def test_deleting_one_run_reruns_only_what_follows(demo: Path, tmp_path: Path) -
                                                            "training"))
     assert not [p for p in outputs if p.startswith(upstream)]  # no encode, index, train, ... job
     assert all(j["wildcards"] in ({}, {"backbone": "minilm"},
-                                  {"backbone": "minilm", "variant": "baseline", "dataset": "scifact"}) for j in jobs)
+                                  {"backbone": "minilm", "run": "baseline", "dataset": "scifact"}) for j in jobs)
 
 
 def test_report_builds(demo: Path) -> None:
@@ -285,7 +285,8 @@ def _only_dataset(name: str) -> Callable[[list[dict]], None]:
 
 def _only_variant(name: str) -> Callable[[list[dict]], None]:
     def check(jobs: list[dict]) -> None:
-        variants = {j["wildcards"]["variant"] for j in jobs if "variant" in j["wildcards"]}
+        # a variant's norms and init ({variant}) and its one-seed run ({run}: the variant's name)
+        variants = {w.get("variant") or w["run"] for w in (j["wildcards"] for j in jobs) if {"variant", "run"} & set(w)}
         assert variants == {name}, variants
     return check
 
@@ -297,12 +298,12 @@ def _only_backbone(name: str) -> Callable[[list[dict]], None]:
     return check
 
 
-def _only_model_chain(backbone: str, variant: str) -> Callable[[list[dict]], None]:
+def _only_model_chain(backbone: str, run: str) -> Callable[[list[dict]], None]:
     """Every encode, index, search and evaluation planned is of one model."""
     def check(jobs: list[dict]) -> None:
-        chain = {(j["wildcards"]["backbone"], j["wildcards"]["variant"]) for j in jobs
+        chain = {(j["wildcards"]["backbone"], j["wildcards"]["run"]) for j in jobs
                  if j["rule"] in ("encode_corpus", "impact_index", "encode_queries", "impact_retrieve", "evaluate")}
-        assert chain == {(backbone, variant)}, chain
+        assert chain == {(backbone, run)}, chain
     return check
 
 
