@@ -275,8 +275,3 @@ def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path
         ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",")]
         return [d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d]
     return sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)), key=int)
-
-
-def visible_gpus(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> int:
-    """How many NVIDIA GPUs this process may use (:func:`visible_device_ids`)."""
-    return len(visible_device_ids(environ, dev))
