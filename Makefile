@@ -1,7 +1,18 @@
 # Two entry points a fresh machine needs: `make demo` and `make test`.
 # `make test-slurm` (root, Debian; CI) also runs the workflow on a real one-node SLURM.
 # Each creates .venv and installs the project into it first (idempotent).
-PYTHON ?= python3
+# The Python that makes .venv: PYTHON=..., else the first of python3.X (X the lowest minor version
+# pyproject.toml's requires-python allows) and python3 that meets requires-python; the install stops
+# with one line naming PYTHON= where none does.
+REQUIRES_PYTHON := $(shell sed -n 's/^requires-python *= *"\([^"]*\)".*/\1/p' pyproject.toml)
+PYTHON_NAMED := python$(shell echo '$(REQUIRES_PYTHON)' | sed -n 's/.*>= *\([0-9]*\.[0-9]*\).*/\1/p')
+# $(call python_fits,interpreter): a command that exits 0 where the interpreter meets REQUIRES_PYTHON.
+python_fits = $(1) -c 'import operator as o, re, sys; ops = {">=": o.ge, "<=": o.le, ">": o.gt, "<": o.lt, \
+  "==": o.eq, "!=": o.ne}; sys.exit(not all(ops[op](sys.version_info[:n.count(".") + 1], tuple(map(int, n.split(".")))) \
+  for op, n in re.findall(r"([<>=!]=?)\s*(\d+(?:\.\d+)*)", sys.argv[1])))' '$(REQUIRES_PYTHON)' >/dev/null 2>&1
+PYTHON_MISFIT = make: $(or $(PYTHON),python3) is $(or $(shell $(or $(PYTHON),python3) --version 2>/dev/null),not found), and pyproject.toml \
+  requires-python '$(REQUIRES_PYTHON)': install $(PYTHON_NAMED) and run make $(or $(MAKECMDGOALS),install) PYTHON=$(PYTHON_NAMED)
+PYTHON ?= $(firstword $(foreach p,$(PYTHON_NAMED) python3,$(shell $(call python_fits,$(p)) && echo $(p))))
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
@@ -31,6 +42,7 @@ OTHER_STAMPS := $(filter-out $(STAMP),$(wildcard $(VENV)/.installed*))
 .PHONY: install demo miniature test test-slurm dryrun lint clean-results plan
 
 $(STAMP): pyproject.toml
+	@$(if $(PYTHON),$(call python_fits,$(PYTHON)),false) || { echo "$(PYTHON_MISFIT)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch alone first (its dependencies come with the project), from the source TORCH names:
@@ -77,7 +89,7 @@ dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8
 
 # The paper run's bill before it starts, and its schedule on this machine (results/<experiment>/plan.md and
-# plan.json; docs/costs.md): CONFIG=, CORES= (default all), GPUS= (default 1), THROUGHPUTS=your.json.
+# plan.json; docs/costs.md): CONFIG=, PLAN_CORES= (default all), GPUS= (default 1), THROUGHPUTS=your.json.
 plan: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
 		$(if $(PLAN_CORES),--cores $(PLAN_CORES)) $(if $(GPUS),--gpus $(GPUS)) $(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))

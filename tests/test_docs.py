@@ -16,16 +16,24 @@
 * No tracked text file points at tracker entries: the word "issue" followed by a number (with
   or without "#"), or the word "issue" directly after the word "the" (case-insensitive). The
   files state requirements themselves.
+* The pages agree with what they describe: a default they state for a config key ("`key` (...
+  default V") is the schema's; a value they state for the paper config ("`key`: V" on the paper's
+  page) is config/config.yaml's; the SLURM profile leaves the direct indexer its one thread.
+* User pages speak of the user's task: no project history, no account of how a test works, one
+  link from the README to the contributor page that holds those; `splade-rescale --help` speaks of
+  the commands.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO
 from support.markdown import headings_of, prose_lines, slug
@@ -137,3 +145,97 @@ def test_no_tracker_references():
             for name, text in tracked_text_files().items()
             for i, line in enumerate(text.splitlines(), 1) if TRACKER.search(line)]
     assert not hits, "state the requirement instead of pointing at the tracker:\n" + "\n".join(hits)
+
+
+def _prose(path: Path) -> str:
+    """The page's prose on one line (a sentence may wrap)."""
+    return " ".join(path.read_text(encoding="utf-8").split())
+
+
+def _schema_default(key: str):
+    node = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    for part in key.split("."):
+        node = node.get("properties", {}).get(part)
+        if node is None:
+            return None
+    return node.get("default")
+
+
+STATED_DEFAULT = re.compile(r"`([a-z_]+(?:\.[a-z_]+)+)`[^`]{0,80}?\bdefault:?\s+`?([\w.]+)`?")
+STATED_VALUE = re.compile(r"((?:`[a-z_]+(?:\.[a-z_]+)+`(?:,| and)?\s*)+):\s+`?(\d[\d.]*\d|\d)`?")
+PAPER_PAGES = ("README.md", "docs/experiments-paper.md")
+HISTORICAL = ("docs/measurements.md",)  # dated entries: a default then may differ from the default now
+
+
+def test_stated_defaults_are_the_schemas():
+    checked, wrong = 0, []
+    for path in doc_files():
+        if str(path.relative_to(REPO)) in HISTORICAL:
+            continue
+        for key, stated in STATED_DEFAULT.findall(_prose(path)):
+            default = _schema_default(key)
+            if default is None:  # not a config key (`slurm.conf`)
+                continue
+            checked += 1
+            if str(stated).rstrip(".") != str(default):
+                wrong.append(f"{path.relative_to(REPO)}: `{key}` default {stated}, the schema says {default}")
+    assert checked >= 3 and not wrong, wrong or f"only {checked} stated defaults found"
+
+
+def test_stated_paper_values_are_the_paper_configs():
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    checked, wrong = 0, []
+    for page in PAPER_PAGES:
+        for keys, stated in STATED_VALUE.findall(_prose(REPO / page)):
+            for key in re.findall(r"`([^`]+)`", keys):
+                value = config
+                for part in key.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                if value is None:
+                    continue
+                checked += 1
+                if str(value) != stated:
+                    wrong.append(f"{page}: `{key}`: {stated}, config/config.yaml says {value}")
+    assert checked >= 3 and not wrong, wrong or f"only {checked} stated values found"
+
+
+def test_the_slurm_profile_leaves_the_direct_indexer_its_one_thread():
+    """docs/slurm.md and docs/experiments-paper.md: one thread a direct impact index job, as the rule says."""
+    profile = yaml.safe_load((REPO / "workflow/profiles/slurm/config.yaml").read_text())
+    assert "impact_index" not in profile.get("set-threads", {}), "the profile's threads would replace the rule's"
+    assert "one thread a job" in _prose(REPO / "docs/experiments-paper.md")
+
+
+# What a user page does not say, and where it goes instead.
+NOT_FOR_USERS = {
+    r"\bonce did\b|\bours then\b|\bearlier all-|\bold layout\b|\bbefore .{0,30} joined\b":
+        "project history: docs/contributing.md or nowhere",
+    r"\breviewer": "a review's question: say the question itself",
+    r"\.ci/run|test_slurm_cluster\.py": "how the project is tested: docs/contributing.md",
+    r"\d+ lines because": "the size rule of modules: a comment in the module",
+    r"set experiment: \w+": "a new experiment name reruns every job: keep the run's name",
+}
+CONTRIBUTOR_PAGES = ("docs/contributing.md", "docs/measurements.md")
+
+
+def test_user_pages_speak_of_the_users_task():
+    hits = [f"{path.relative_to(REPO)}: {pattern!r} ({why})" for path in doc_files()
+            if str(path.relative_to(REPO)) not in CONTRIBUTOR_PAGES
+            for pattern, why in NOT_FOR_USERS.items() if re.search(pattern, _prose(path), re.I)]
+    assert not hits, "\n".join(hits)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert not re.findall(r"tests/test_\w+\.py", readme), "the README names no test module: docs/testing.md does"
+    assert links_of(REPO / "README.md").count("docs/contributing.md") == 1, "one link to the contributor page"
+    assert "docs/contributing.md" in readme
+
+
+def test_the_command_line_help_speaks_of_the_commands():
+    docstring = ast.get_docstring(ast.parse((REPO / "src/splade_rescale/cli.py").read_text())) or ""
+    hits = [p for p, why in NOT_FOR_USERS.items() if re.search(p, docstring, re.I)]
+    assert not hits, f"splade-rescale --help (cli.py's docstring) says {hits}"
+
+
+def test_the_pages_that_name_an_experiment_say_to_keep_the_name():
+    for page in ("config/README.md", "docs/datasets.md", "docs/experiments-paper.md"):
+        text = _prose(REPO / page)
+        assert re.search(r"\b[Kk]eep(?:ing)? (?:the |its )?(?:`experiment:` )?name", text) and "every job again" in text, page

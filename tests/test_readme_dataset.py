@@ -111,7 +111,8 @@ def test_readme_dataset_examples_run_their_bm25_chain(tmp_path: Path):
     build_beir(beir_spec, root)
     build_trec(trec_spec, root)
 
-    # "cp config/demo.yaml config/my.yaml, then set experiment: my and replace its datasets: with the entries"
+    # "cp config/demo.yaml config/my.yaml, then add the entries under its datasets:, keeping experiment: demo":
+    # the BM25 targets need only the new entries
     experiment = Path(snake[1]).parts[1]  # results/<experiment>/...
     config = yaml.safe_load((root / template).read_text())
     config["experiment"] = experiment

@@ -2,12 +2,12 @@
 the user tools that no rule calls (``expected``: check a finished run against its expected scores;
 ``plan`` and the commands after it: the run's bill before it starts, and its measured figures).
 
-Over 400 lines because it is one short function per command with its arguments (the logic lives in
-the subpackages): the one place where a rule's command line is defined.
-
 Rules pass configuration fragments as JSON strings (so Snakemake reruns a job when its
 fragment changes) and paths as arguments. Errors print one line and exit non-zero.
 """
+# Over 400 lines because it is one short function per command with its arguments (the logic lives in
+# the subpackages): the one place where a rule's command line is defined. (A comment, not the
+# docstring: the docstring is `splade-rescale --help`.)
 
 from __future__ import annotations
 

@@ -1,21 +1,26 @@
-"""The Makefile's install stamp follows TORCH, and `make clean-results` deletes only what it is told to.
+"""The Makefile's install finds a Python that meets requires-python, its stamp follows TORCH, its
+help names only variables it reads, and `make clean-results` deletes only what it is told to.
 
 Each test runs the real Makefile in a temporary copy of the situation (a stamp file, result
-folders); the install is only planned (`make -n`), nothing is installed.
+folders, a pyproject.toml, interpreters on PATH); the install is only planned (`make -n`) or
+stopped before its first step, nothing is installed.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO
 
 
-def _make(folder: Path, *args: str) -> subprocess.CompletedProcess:
+def _make(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(["make", "--no-print-directory", *args], cwd=folder, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=env)
 
 
 def _copy(folder: Path) -> Path:
@@ -58,3 +63,74 @@ def test_clean_results_names_what_it_deletes_and_needs_a_word_for_all(tmp_path: 
     every = _make(root, "clean-results", "EXPERIMENT=all")
     assert every.returncode == 0 and "deleting results/ (paper)" in every.stdout
     assert [p.name for p in (root / "results").iterdir()] == [".gitkeep"]
+
+
+def _requiring(root: Path, spec: str) -> None:
+    """Set the copied pyproject.toml's requires-python to ``spec``."""
+    text = (root / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(re.sub(r'(?m)^requires-python = ".*"$', f'requires-python = "{spec}"', text))
+
+
+def test_make_install_picks_the_python_that_meets_requires_python(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    root = _copy(tmp_path / "repo")
+    major, minor = sys.version_info[:2]
+    _requiring(root, f">={major}.{minor},<{major}.{minor + 1}")  # the running interpreter fits, as 3.11 does
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    named = bin_dir / f"python{major}.{minor}"  # this interpreter under the name make looks for first
+    named.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    named.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHON", None)
+    planned = _make(root, "-n", "install", env=env)
+    assert f"python{major}.{minor} -m venv .venv" in planned.stdout, planned.stdout + planned.stderr
+
+
+def test_make_install_without_a_fitting_python_stops_in_one_line_naming_PYTHON(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    _requiring(root, ">=3.99")  # no interpreter here meets it, as python3 = 3.12 misses ">=3.11,<3.12"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    for args in ((), ("PYTHON=" + sys.executable,)):
+        done = _make(root, "install", *args, env=env)
+        said = [line for line in done.stdout.splitlines() if line.strip()]
+        assert done.returncode != 0 and len(said) == 1, done.stdout + done.stderr
+        assert "requires-python '>=3.99'" in said[0] and "PYTHON=python3.99" in said[0], said
+        assert not (root / ".venv").exists()  # stopped before the venv
+
+
+def _makefile_reads() -> tuple[dict[str, set[str]], dict[str, set[str]], set[str]]:
+    """({target: the VAR= its help comment names}, {target: the variables its recipe reads or sets},
+    the variables read outside recipes, which every target sees: TORCH, PYTHON, ...)."""
+    helps, reads, comment, target = {}, {}, [], None
+    outside = set()
+    for line in (REPO / "Makefile").read_text().splitlines():
+        names = set(re.findall(r"\$\(([A-Z_]+)\)", line)) | set(re.findall(r"\b([A-Z][A-Z_]+)=\S", line))
+        if line.startswith("#"):
+            comment.append(line)
+            continue
+        if match := re.match(r"^([a-z][\w-]*):(?!=)", line):
+            target = match[1]
+            helps[target] = set(re.findall(r"\b([A-Z][A-Z_]+)=", "\n".join(comment)))
+            reads[target] = set()
+        elif line.startswith("\t") and target:
+            reads[target] |= names
+        else:
+            target = None if line.strip() else target
+            outside |= set(re.findall(r"\$\(([A-Z_]+)\)", line))
+        comment = []
+    return helps, reads, outside
+
+
+def test_the_makefile_help_names_only_variables_its_targets_read() -> None:
+    """A VAR= in the help comment above a target, or in a `make TARGET ... VAR=...` of the README and
+    docs, is a variable that target's recipe reads (or sets), or one the Makefile reads for every target."""
+    helps, reads, outside = _makefile_reads()
+    assert "PLAN_CORES" in reads["plan"] and "TORCH" in outside and "PYTHON" in outside
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "config/README.md"]
+    for doc in docs:
+        for target, assignments in re.findall(r"\bmake ([a-z][\w-]*)((?: [A-Z_]+=\S+)+)", doc.read_text()):
+            helps.setdefault(target, set()).update(re.findall(r"([A-Z_]+)=", assignments))
+    unread = {f"{target}: {name}" for target, named in helps.items() for name in named
+              if name not in reads.get(target, set()) | outside}
+    assert not unread, f"named for a target in the Makefile's help or the docs, but never read by it: {unread}"
