@@ -238,4 +238,16 @@ def test_the_command_line_help_speaks_of_the_commands():
 def test_the_pages_that_name_an_experiment_say_to_keep_the_name():
     for page in ("config/README.md", "docs/datasets.md", "docs/experiments-paper.md"):
         text = _prose(REPO / page)
-        assert re.search(r"\b[Kk]eep(?:ing)? (?:the |its )?(?:`experiment:` )?name", text) and "every job again" in text, page
+        keeps = re.search(r"\b[Kk]eep(?:ing)? (?:the |its )?(?:`experiment:` )?name", text)
+        assert keeps and "every job again" in text, page
+
+
+def test_the_demo_page_names_what_the_demo_writes():
+    """Every table and figure a config without a factor sweep makes, and the report's command for the demo."""
+    from splade_rescale.report.figures import FIGURE_NAMES
+    from splade_rescale.report.tables import BASE_TABLES
+
+    text = _prose(REPO / "docs/demo.md")
+    missing = [name for name in (*BASE_TABLES, *FIGURE_NAMES) if f"`{name}`" not in text]
+    assert not missing, f"docs/demo.md does not name these outputs of the demo: {missing}"
+    assert "snakemake --report results/demo/report.html --configfile config/demo.yaml" in text

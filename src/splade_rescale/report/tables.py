@@ -154,7 +154,9 @@ def efficiency_table(results: Results) -> Table:
     columns = [Column("dataset")] + label_columns() + [Column(label, fmt) for _, label, fmt in EFFICIENCY_COLUMNS]
     caption = ("Sparsity and efficiency per dataset: mean non-zero terms per query and per document, FLOPS "
                "(expected multiplications per query-document pair, sum over terms of p_q(t) p_d(t)), "
-               "index size on disk and queries per second of the retrieval run (threads as configured). "
+               "index size on disk and queries per second of the retrieval run. QPS depends on the threads each "
+               "search ran on (retrieval.threads, capped by what --cores leaves) and on the machine: it compares "
+               "between rows of one run, not across machines or runs. "
                "Collapsed runs show 'collapsed'; a corpus estimated over encoding.index_budget_gb shows 'too dense' "
                "(not indexed). " + notes_sentence(results.notes(results.config["datasets"])))
     if results.multi_seed:
