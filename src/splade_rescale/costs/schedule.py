@@ -142,7 +142,8 @@ def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict
     longest = max(jobs, key=lambda j: j.seconds, default=None)
     return {"wall_h": wall / 3600, "gpu_busy_h": busy / 3600, "gpu_idle_h": (wall * gpus - busy) / 3600,
             "gpu_idle_before_first_h": first * gpus / 3600, "gpu_idle_after_last_h": (wall - last) * gpus / 3600,
-            "longest_job_h": longest.seconds / 3600 if longest else 0.0, "longest_job": longest.label if longest else ""}
+            "longest_job_h": longest.seconds / 3600 if longest else 0.0,
+            "longest_job": longest.label if longest else ""}
 
 
 def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any]) -> list[Job]:

@@ -21,10 +21,10 @@ on the shard size, nor on the indexing threads, nor on how the corpus is split i
 a separate job over a contiguous, grid-aligned range: ``start``, ``stop``). Shards are cut from
 the windows' output. A run killed after ``k`` finished shards resumes at shard ``k`` (in a work
 folder beside the output, which Snakemake does not delete), encoding that shard's window whole
-again, and writes the same bytes as an uninterrupted run. It resumes only under the same inputs (the model's content, the corpus
-and its document count, the output settings, the effective precision, the device and the
-batching, which sets the padding and hence bf16's sums); other inputs start again, with one
-log line naming what differs, so a corpus never mixes bf16 and fp32 shards. There are at least
+again, and writes the same bytes as an uninterrupted run. It resumes only under the same inputs
+(the model's content, the corpus and its document count, the output settings, the effective
+precision, the device and the batching, which sets the padding and hence bf16's sums); other
+inputs start again, with one log line naming what differs, so a corpus never mixes bf16 and fp32 shards. There are at least
 ``index_threads`` shards when the corpus is large enough (Anserini indexes each file on one thread).
 
 Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
@@ -40,7 +40,8 @@ ir_datasets knows the count. ``max_active_dims`` optionally keeps only each docu
 top-k weights (sentence-transformers' name for the same pruning); off by default. A NaN or
 infinite weight stops the encode with one line naming the model, the corpus and the document.
 
-Over 400 lines (422) because batching, the size guard and the CLI stages all act on one chunk loop.
+Over 400 lines (about 540) because batching on the grid, the size guard, the parts and the CLI stages all act
+on one window loop.
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ from splade_rescale.retrieval.shard_folder import (
     TermStats,
     VectorLines,
     bf16_autocast,
-    encoder_numerics,
-    query_prefix,
     doc_prefix,
+    encoder_numerics,
     gzip_compressor,
+    query_prefix,
     resume_inputs,
     shard_docs_for,
     work_folder,

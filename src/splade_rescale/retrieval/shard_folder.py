@@ -19,7 +19,7 @@ folder gives its document count, first and last id, size, SHA-256, non-zero coun
 document frequencies. Shard, frequencies and record are synced to disk in that order, so a
 record survives a node crash only with its shard. A rerun verifies the records and encodes only the rest.
 
-Over 400 lines (about 520) because the folder, its shards' writer and their records are one concept:
+Over 400 lines (about 510) because the folder, its shards' writer and their records are one concept:
 split, each half imported the other.
 """
 
@@ -35,7 +35,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
