@@ -25,7 +25,8 @@ again, and writes the same bytes as an uninterrupted run. It resumes only under 
 (the model's content, the corpus and its document count, the output settings, the effective
 precision, the device and the batching, which sets the padding and hence bf16's sums); other
 inputs start again, with one log line naming what differs, so a corpus never mixes bf16 and fp32
-shards. There are at least ``index_threads`` shards when the corpus is large enough (Anserini indexes each file on one thread).
+shards. There are at least ``index_threads`` shards when the corpus is large enough (Anserini
+indexes each file on one thread).
 
 Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
 with thousands of non-zeros per document would write terabytes. After the job's first
