@@ -132,16 +132,21 @@ def list_schedule(jobs: Sequence[Job], cores: int, gpus: int = 0) -> dict[int, S
 
 
 def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict[str, float]:
-    """Wall hours, GPU busy and idle hours of a schedule (idle = wall x GPUs - busy), and the GPU idle
-    hours before the first GPU job and after the last (the run then waits on data or on Lucene)."""
+    """Wall hours, GPU busy and idle hours of a schedule (idle = wall x GPUs - busy), the GPU idle hours
+    before the first GPU job and after the last (the run then waits on data or on Lucene), those between
+    the first GPU job and the first training (waiting for the training data), and the longest job."""
     wall = max((s.end for s in slots.values()), default=0.0)
     busy = sum((slots[j.id].end - slots[j.id].start) * min(j.gpus, gpus) for j in jobs)
     gpu_jobs = [slots[j.id] for j in jobs if j.gpus]
     first = min((s.start for s in gpu_jobs), default=0.0)
     last = max((s.end for s in gpu_jobs), default=0.0)
+    train = min((slots[j.id].start for j in jobs if j.rule == "train"), default=first)  # waits for the training data
+    early = sum(max(0.0, min(slots[j.id].end, train) - max(slots[j.id].start, first)) * min(j.gpus, gpus)
+                for j in jobs)
     longest = max(jobs, key=lambda j: j.seconds, default=None)
     return {"wall_h": wall / 3600, "gpu_busy_h": busy / 3600, "gpu_idle_h": (wall * gpus - busy) / 3600,
             "gpu_idle_before_first_h": first * gpus / 3600, "gpu_idle_after_last_h": (wall - last) * gpus / 3600,
+            "gpu_idle_before_training_h": ((train - first) * gpus - early) / 3600,
             "longest_job_h": longest.seconds / 3600 if longest else 0.0,
             "longest_job": longest.label if longest else ""}
 
@@ -226,4 +231,6 @@ def render_schedule(s: Mapping[str, Any]) -> str:
         f"| of which after the last GPU job (the last indexes and searches) | {h(s['gpu_idle_after_last_h'])} |",
         "| of which in between (no GPU job ready, or its threads held by Lucene jobs) | "
         f"{h(s['gpu_idle_h'] - s['gpu_idle_before_first_h'] - s['gpu_idle_after_last_h'])} |",
+        "| of which, in between, before the first training (its data not ready; only published models encode) | "
+        f"{h(s['gpu_idle_before_training_h'])} |",
         f"| longest job ({s['longest_job']}) | {h(s['longest_job_h'])} |", ""])
