@@ -7,7 +7,7 @@ the direct impact indexer writing a Lucene index, Anserini's impact searcher, TR
   vectors and run files: the batching grid is the corpus's document order, not its shards;
 * a corpus encoded as three parts (separate jobs, joined into one collection) gives the vectors and
   run files of a one-job encode, byte for byte, and the same statistics;
-* a part killed part-way resumes mid-window and still matches;
+* a part killed part-way resumes mid-window and still matches; a part's SKIPPED record is the corpus's;
 * the part ranges cover the corpus once, on the batching grid.
 """
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from conftest import REPO
 from splade_rescale.data.corpora import CHUNK_DOCS, part_range
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.retrieval import encode, lucene, shard_folder
+from splade_rescale.retrieval.skips import SKIPPED
 from support.training import save_tiny_bert
 
 # 25 documents of the demo's SciFact (a subset), 8 queries
@@ -141,3 +144,22 @@ def test_part_ranges_cover_the_corpus_on_the_grid(total: int, parts: int) -> Non
     assert ranges[0][0] == 0 and ranges[-1][1] == total
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
     assert all(start % window == 0 for start, _ in ranges)
+
+
+def test_a_part_skipped_skips_the_corpus(tmp_path: Path) -> None:
+    """A collapsed model (or a part judged too dense) leaves SKIPPED records: the joined corpus is that record,
+    through the workflow's command."""
+    record = {"status": "too dense", "reason": "too dense to index (estimated 900.0 GB ...)"}
+    parts = [tmp_path / f"c.parts/{p}-of-2" for p in range(2)]
+    parts[0].mkdir(parents=True)
+    (parts[0] / "docs-00000.jsonl.gz").write_bytes(gzip.compress(b'{"id": "d1", "contents": "", "vector": {}}\n'))
+    encode.stats_path_for(parts[0]).write_text(json.dumps({"n_docs": 1, "term_df": {}}))
+    parts[1].mkdir()
+    (parts[1] / SKIPPED).write_text(json.dumps(record))
+    encode.stats_path_for(parts[1]).write_text(json.dumps(record))
+    proc = subprocess.run([sys.executable, "-m", "splade_rescale.cli", "join-parts", "--parts", *map(str, parts),
+                           "--out", str(tmp_path / "c")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [SKIPPED]
+    assert json.loads((tmp_path / "c" / SKIPPED).read_text()) == record
+    assert json.loads(encode.stats_path_for(tmp_path / "c").read_text()) == record

@@ -10,6 +10,13 @@ PART_DOCS = None if LOCAL_GPUS == 1 else config["encoding"]["part_docs"]
 CORPUS_PARTS = {c: corpus_parts(spec, PART_DOCS) for c, spec in CORPORA.items()}
 PARTED = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n > 1) or "(?!)"
 WHOLE = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n == 1) or "(?!)"
+
+
+def corpus_part_paths(w):
+    n = CORPUS_PARTS[w.corpus]
+    return [res(f"encoded/{w.backbone}/{w.run}/corpora/{w.corpus}.parts/{p}-of-{n}") for p in range(n)]
+
+
 ENCODE_CORPUS_INPUT = dict(
     manifest=judged_manifest,
     model=res("models/{backbone}/{run}/final"),
@@ -81,8 +88,8 @@ use rule encode_corpus as encode_corpus_part with:
 rule join_corpus_parts:
     """A big corpus's collection from its parts: hard links in corpus order, the stats summed. No GPU, no copy."""
     input:
-        lambda w: [res(f"encoded/{w.backbone}/{w.run}/corpora/{w.corpus}.parts/{p}-of-{CORPUS_PARTS[w.corpus]}")
-                   for p in range(CORPUS_PARTS[w.corpus])],
+        parts=lambda w: corpus_part_paths(w),
+        stats=lambda w: [f"{p}.stats.json" for p in corpus_part_paths(w)],  # read beside each part
     output:
         corpus=temp(directory(res("encoded/{backbone}/{run}/corpora/{corpus}"))),
         stats=res("encoded/{backbone}/{run}/corpora/{corpus}.stats.json"),
@@ -94,7 +101,7 @@ rule join_corpus_parts:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale join-parts --parts {input} --out {output.corpus} > {log} 2>&1"
+        "splade-rescale join-parts --parts {input.parts} --out {output.corpus} > {log} 2>&1"
 
 
 rule encode_queries:
