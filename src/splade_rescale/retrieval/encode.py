@@ -294,14 +294,16 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
                 stop: int | None = None) -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
-    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
-    ``size_sample`` documents if the whole corpus's estimated shards + index exceed it; with
+    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after the first window
+    (``size_sample`` documents at the corpus's start) if the whole corpus's estimated shards + index exceed it; with
     ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
     document over ``model_docs`` documents exceed that.
     Finished shards of an interrupted run are verified and kept when it had the same
     ``inputs`` (what the vectors depend on upstream: model, corpus), output settings, encoder
     numerics (:func:`encoder_numerics`) and batching; only the rest is encoded. Batches hold at most
-    ``batch_size`` documents and ``batch_tokens`` padded tokens (:class:`Batching`).
+    ``batch_size`` documents and ``batch_tokens`` padded tokens (:class:`Batching`), all of one window
+    of ``chunk_size`` documents of the grid (:func:`grid_floor`). ``start``, ``stop``: only the corpus's
+    documents ``[start, stop)``, ``docs`` beginning at ``start`` (a part; ``start`` on the grid).
     """
     out_dir = Path(out_dir)
     folder = ShardFolder(work_folder(out_dir))
