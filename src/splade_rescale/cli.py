@@ -286,6 +286,8 @@ def _encoder(args: argparse.Namespace):
     p.add_argument("--corpus", type=json_arg, required=True, help=CORPUS_HELP),
     p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
     p.add_argument("--out", required=True, type=Path, help="JsonVectorCollection folder; stats JSON beside it"),
+    p.add_argument("--part", type=int, default=0, help="encode only this part (0-based) of --parts"),
+    p.add_argument("--parts", type=int, default=1, help="contiguous parts the corpus is encoded in (join-parts)"),
 ))
 def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """Encode a corpus once for all its query sets (gzipped JsonVectorCollection shards).
@@ -318,10 +320,22 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
                       max_active_dims=enc.get("max_active_dims"), index_threads=run["index_threads"],
                       total=prepared_docs(args.prepared) if args.prepared else None,
                       model_budget_gb=run["model_budget_gb"], model_docs=model_docs,
-                      files_sha256=prepared_files_digest(args.prepared) if args.prepared else None)
+                      files_sha256=prepared_files_digest(args.prepared) if args.prepared else None,
+                      part=args.part, parts=args.parts)
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
+
+
+@command("join-parts", lambda p: (
+    p.add_argument("--parts", nargs="+", required=True, type=Path, help="a corpus's encoded parts, in order"),
+    p.add_argument("--out", required=True, type=Path, help="the corpus's JsonVectorCollection; stats JSON beside"),
+))
+def join_parts_cmd(args: argparse.Namespace) -> None:
+    """One collection of a corpus encoded in parts (hard links; the stats summed)."""
+    from splade_rescale.retrieval.encode import join_parts
+
+    join_parts(args.parts, args.out)
 
 
 @command("encode-queries", lambda p: (

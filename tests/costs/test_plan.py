@@ -51,8 +51,16 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
     one, _ = plan_run(PAPER, None, 8, 1, root=REPO)
     eight, text = plan_run(PAPER, None, 64, 8, tmp_path / "plan.md", root=REPO)
     gpu_h = one["totals"]["train_gpu_h"] + one["totals"]["encode_gpu_h"]
-    for plan in (one, eight):
-        assert plan["schedule"]["gpu_busy_h"] == pytest.approx(gpu_h)
+    # on 8 GPUs a corpus of more than encoding.part_docs documents is encoded in parts, each one more job start
+    assert one["jobs"].get("encode_corpus_part", 0) == 0 and one["jobs"]["encode_corpus"] == 19 * 14
+    assert eight["jobs"]["encode_corpus"] + eight["jobs"]["join_corpus_parts"] == 19 * 14
+    startups = (eight["jobs"]["encode_corpus_part"] - eight["jobs"]["join_corpus_parts"]) * 30 / 3600
+    assert one["schedule"]["gpu_busy_h"] == pytest.approx(gpu_h)
+    assert eight["schedule"]["gpu_busy_h"] == pytest.approx(gpu_h + startups)
+    # no GPU job is longer than an eighth of the GPU-hours: the last hours are shared by every GPU
+    assert eight["schedule"]["longest_job_h"] < gpu_h / 8 / 4 < one["schedule"]["longest_job_h"]
+    assert one["schedule"]["longest_job"].startswith("encode_corpus ettin-1b ")
+    assert one["schedule"]["longest_job"].endswith(" msmarco-passage")
     assert eight["schedule"]["wall_h"] < one["schedule"]["wall_h"] / 3 and one["schedule"]["wall_h"] > gpu_h
     assert one["schedule"]["threads"] == local_threads(config, 8, 1)
     assert "## Schedule on 64 cores and 8 GPU(s)" in text and (tmp_path / "plan.md").read_text() == text
@@ -60,7 +68,11 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
     # every job of the dry run the schedule reads has the threads local_threads gives it, and one GPU
     threads = local_threads(config, 64, 8)
     jobs = dry_run_jobs(PAPER, 64, 8, REPO)
-    for rule, kind in (("train", "train"), ("encode_corpus", "encode"), ("impact_retrieve", "lucene")):
+    parts = {w["corpus"]: w["parts"] for j in jobs if j["rule"] == "encode_corpus_part" for w in [j["wildcards"]]}
+    assert parts == {"msmarco-passage": "3", "beir-fever": "2", "beir-climate-fever": "2", "beir-hotpotqa": "2",
+                     "beir-dbpedia-entity": "2"}, parts  # NQ's 2.7M documents: one job
+    for rule, kind in (("train", "train"), ("encode_corpus", "encode"), ("encode_corpus_part", "encode"),
+                       ("impact_retrieve", "lucene")):
         assert {(j["threads"], j["gpus"]) for j in jobs if j["rule"] == rule} == {
             (threads[kind], int(kind != "lucene"))}, rule
     # the direct impact indexer keeps one core busy: one thread a job, so that they run side by side
@@ -85,8 +97,10 @@ def test_a_backbone_and_a_dataset_the_package_does_not_list_are_planned_offline(
     assert "| roberta-large | rescaled | roberta | 355 |" in text
     assert "| beir-cqadupstack-android | 22,998 | 56.0 | ir_datasets metadata; words ASSUMED" in text
     # train_gpus: 2 holds two GPUs for half the time
+    # (and each part of a big corpus one more job start)
+    starts = (plan["jobs"]["encode_corpus_part"] - plan["jobs"]["join_corpus_parts"]) * 30 / 3600
     assert plan["schedule"]["gpu_busy_h"] == pytest.approx(
-        plan["totals"]["train_gpu_h"] + plan["totals"]["encode_gpu_h"])
+        plan["totals"]["train_gpu_h"] + plan["totals"]["encode_gpu_h"] + starts)
 
 
 def test_a_model_whose_config_is_not_here_says_what_to_write() -> None:

@@ -156,7 +156,7 @@ class Slow:
             yield from self.enc.encode_sparse([ids], q, k)
 
 encode.encode_corpus({model!r}, SPEC, {out!r}, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
-                     encoder=Slow())
+                     encoder=Slow(), chunk_size=3)
 """
 
 
@@ -167,7 +167,8 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
     shard_docs = shard_docs_for(n_docs, 3, 1)
     n_shards = -(-n_docs // shard_docs)
     straight = tmp_path / "straight"
-    encode.encode_corpus(minilm, SPEC, straight, MAXLEN, batch_size=2, shard_size=3, precision="fp32", encoder=enc)
+    encode.encode_corpus(minilm, SPEC, straight, MAXLEN, batch_size=2, shard_size=3, precision="fp32", encoder=enc,
+                         chunk_size=3)  # batching windows of a shard: the rerun encodes only the rest
 
     k = random.Random(7).randint(2, n_shards - 3)
     out = tmp_path / "killed"
@@ -198,7 +199,7 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
 
     with caplog.at_level("INFO", logger="splade_rescale.retrieval.encode"):
         stats = encode.encode_corpus(minilm, SPEC, out, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
-                                     encoder=Counting())
+                                     encoder=Counting(), chunk_size=3)
     assert Counting.calls == n_docs - finished * shard_docs == stats["encoded_docs"]
     assert stats["resumed_docs"] == finished * shard_docs and stats["n_docs"] == n_docs
     assert f"resuming at shard {finished}" in caplog.text

@@ -34,7 +34,7 @@ from support.training import save_tiny_bert
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
-MAXLEN, SHARD = 48, 3  # 25 documents in 9 shards of 3: two batches of two a shard
+MAXLEN, SHARD, WINDOW = 48, 3, 6  # 25 documents in 9 shards of 3, batched in windows of 6: three batches of two
 LOGGER = "splade_rescale.retrieval.shard_folder"
 
 
@@ -47,6 +47,7 @@ def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, i
             spec: dict = SPEC, **kwargs) -> dict:
     """``encode_corpus`` as the CLI calls it (configured precision ``auto``) on a CPU with or without
     AMX; ``interrupt_after``: the encoder fails after that many batches, as a killed job stops."""
+    kwargs.setdefault("chunk_size", WINDOW)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(splade, "cpu_has_amx", lambda: amx)
         enc = encode.load_encoder(model, device="cpu", precision="auto")

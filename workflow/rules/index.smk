@@ -1,4 +1,33 @@
+from splade_rescale.data.corpora import corpus_parts
 from splade_rescale.rule_params import corpus_encoding, query_encoding, query_sets
+
+# A corpus of more than encoding.part_docs documents (by ir_datasets' metadata, known before any download)
+# is encoded as several GPU jobs over contiguous parts, so that the last hours of a run are shared by every
+# GPU; the parts' vectors are those of one job (the batching grid is the corpus's own), so the part size
+# changes no output. A local corpus's size is unknown before preparation: one job. A run on one GPU
+# gains nothing from parts (each would only add a job start): one job per corpus there.
+PART_DOCS = None if LOCAL_GPUS == 1 else config["encoding"]["part_docs"]
+CORPUS_PARTS = {c: corpus_parts(spec, PART_DOCS) for c, spec in CORPORA.items()}
+PARTED = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n > 1) or "(?!)"
+WHOLE = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n == 1) or "(?!)"
+
+
+def corpus_part_paths(w):
+    n = CORPUS_PARTS[w.corpus]
+    return [res(f"encoded/{w.backbone}/{w.run}/corpora/{w.corpus}.parts/{p}-of-{n}") for p in range(n)]
+
+
+ENCODE_CORPUS_INPUT = dict(
+    manifest=judged_manifest,
+    model=res("models/{backbone}/{run}/final"),
+    prepared=prepared_corpus("{corpus}"),  # data.smk: the corpus local, its document count
+    settings=lambda w: settings(f"corpus-encoding.{w.backbone}"),
+)
+ENCODE_CORPUS_CMD = (
+    "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
+    "--name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input.prepared} --encoding {params.encoding:q} "
+    "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --gpus {resources.gpu} --threads {threads} "
+    "--out {output.corpus} {params.part} > {log} 2>&1")
 
 
 rule encode_corpus:
@@ -14,16 +43,16 @@ rule encode_corpus:
     preparation records, read at run time, not as inputs: adding a corpus reruns no encode.
     """
     input:
-        manifest=judged_manifest,
-        model=res("models/{backbone}/{run}/final"),
-        prepared=prepared_corpus("{corpus}"),  # data.smk: the corpus local, its document count
-        settings=lambda w: settings(f"corpus-encoding.{w.backbone}"),
+        **ENCODE_CORPUS_INPUT,
     output:
         corpus=temp(directory(res("encoded/{backbone}/{run}/corpora/{corpus}"))),
         stats=res("encoded/{backbone}/{run}/corpora/{corpus}.stats.json"),
+    wildcard_constraints:
+        corpus=WHOLE,
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(config, w.backbone)),
+        part="",
     threads: THREADS["encode"]
     priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
@@ -35,10 +64,44 @@ rule encode_corpus:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
-        "--name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input.prepared} --encoding {params.encoding:q} "
-        "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --gpus {resources.gpu} --threads {threads} "
-        "--out {output.corpus} > {log} 2>&1"
+        ENCODE_CORPUS_CMD
+
+
+use rule encode_corpus as encode_corpus_part with:
+    output:
+        corpus=temp(directory(res("encoded/{backbone}/{run}/corpora/{corpus}.parts/{part}-of-{parts}"))),
+        stats=temp(res("encoded/{backbone}/{run}/corpora/{corpus}.parts/{part}-of-{parts}.stats.json")),
+    wildcard_constraints:
+        corpus=PARTED,
+        part=r"\d+",
+        parts=r"\d+",
+    params:
+        corpus=lambda w: as_json(CORPORA[w.corpus]),
+        encoding=lambda w: as_json(corpus_encoding(config, w.backbone)),
+        part=lambda w: f"--part {w.part} --parts {w.parts}",
+    log:
+        res("logs/encode_corpus/{backbone}.{run}.{corpus}.{part}-of-{parts}.log"),
+    benchmark:
+        res("benchmarks/encode_corpus/{backbone}.{run}.{corpus}.{part}-of-{parts}.tsv")
+
+
+rule join_corpus_parts:
+    """A big corpus's collection from its parts: hard links in corpus order, the stats summed. No GPU, no copy."""
+    input:
+        parts=lambda w: corpus_part_paths(w),
+        stats=lambda w: [f"{p}.stats.json" for p in corpus_part_paths(w)],  # read beside each part
+    output:
+        corpus=temp(directory(res("encoded/{backbone}/{run}/corpora/{corpus}"))),
+        stats=res("encoded/{backbone}/{run}/corpora/{corpus}.stats.json"),
+    wildcard_constraints:
+        corpus=PARTED,
+    localrule: True
+    log:
+        res("logs/encode_corpus/{backbone}.{run}.{corpus}.join.log"),
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale join-parts --parts {input.parts} --out {output.corpus} > {log} 2>&1"
 
 
 rule encode_queries:

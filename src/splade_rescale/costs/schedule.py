@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from splade_rescale.config import ConfigError, gpus_per_job, load_config, local_threads
 from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, load_throughputs, render_bill
+from splade_rescale.data.corpora import part_range
 
 REPO = THROUGHPUTS_PATH.parents[1]
 
@@ -67,6 +68,7 @@ class Job:
     deps: tuple[int, ...] = ()
     gpus: int = 0
     priority: int = 0
+    label: str = ""  # the rule and its wildcards, for the longest job's line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,21 +132,30 @@ def list_schedule(jobs: Sequence[Job], cores: int, gpus: int = 0) -> dict[int, S
 
 
 def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict[str, float]:
-    """Wall hours, GPU busy and idle hours of a schedule (idle = wall x GPUs - busy), and the GPU idle
-    hours before the first GPU job and after the last (the run then waits on data or on Lucene)."""
+    """Wall hours, GPU busy and idle hours of a schedule (idle = wall x GPUs - busy), the GPU idle hours
+    before the first GPU job and after the last (the run then waits on data or on Lucene), those between
+    the first GPU job and the first training (waiting for the training data), and the longest job."""
     wall = max((s.end for s in slots.values()), default=0.0)
     busy = sum((slots[j.id].end - slots[j.id].start) * min(j.gpus, gpus) for j in jobs)
     gpu_jobs = [slots[j.id] for j in jobs if j.gpus]
     first = min((s.start for s in gpu_jobs), default=0.0)
     last = max((s.end for s in gpu_jobs), default=0.0)
+    train = min((slots[j.id].start for j in jobs if j.rule == "train"), default=first)  # waits for the training data
+    early = sum(max(0.0, min(slots[j.id].end, train) - max(slots[j.id].start, first)) * min(j.gpus, gpus)
+                for j in jobs)
+    longest = max(jobs, key=lambda j: j.seconds, default=None)
     return {"wall_h": wall / 3600, "gpu_busy_h": busy / 3600, "gpu_idle_h": (wall * gpus - busy) / 3600,
-            "gpu_idle_before_first_h": first * gpus / 3600, "gpu_idle_after_last_h": (wall - last) * gpus / 3600}
+            "gpu_idle_before_first_h": first * gpus / 3600, "gpu_idle_after_last_h": (wall - last) * gpus / 3600,
+            "gpu_idle_before_training_h": ((train - first) * gpus - early) / 3600,
+            "longest_job_h": longest.seconds / 3600 if longest else 0.0,
+            "longest_job": longest.label if longest else ""}
 
 
 def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any]) -> list[Job]:
     """The dry run's jobs with the bill's durations: a GPU job its GPU-hours over its GPUs, a Lucene job
     its core-hours over its threads (capped at ``cores``), every other job the throughputs' fixed time."""
     fixed = throughputs["jobs"]
+    startup_h = float(throughputs["gpu"]["job_startup_s"]) / 3600
     by_model = {(m["name"], m["variant"]): m for m in plan["models"]}
     bm25 = plan["bm25"]
     out = []
@@ -153,6 +164,9 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
         model = by_model.get((w.get("backbone"), w.get("run")))
         hours = {"train": lambda: model["train_gpu_h"] / max(1, j["gpus"]),
                  "encode_corpus": lambda: model["encode_corpus_h"][w["corpus"]],
+                 "encode_corpus_part": lambda: part_hours(model["encode_corpus_h"][w["corpus"]],
+                                                          plan["corpora"][w["corpus"]]["count"], int(w["part"]),
+                                                          int(w["parts"]), startup_h),
                  "encode_queries": lambda: model["query_gpu_h"],
                  "impact_index": lambda: model["index_core_h"][w["corpus"]] / min(j["threads"], cores),
                  "impact_retrieve": lambda: model["retrieve_core_h"][w["dataset"]] / min(j["threads"], cores),
@@ -164,8 +178,15 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
             seconds = plan["corpora"][w["corpus"]]["count"] / fixed["prepare_docs_per_s"]
         else:
             seconds = 0.0 if rule == "all" else float(fixed["fixed_s"].get(rule, fixed["default_s"]))
-        out.append(Job(j["id"], rule, j["threads"], seconds, tuple(j["deps"]), j["gpus"], j["priority"]))
+        out.append(Job(j["id"], rule, j["threads"], seconds, tuple(j["deps"]), j["gpus"], j["priority"],
+                       " ".join([rule, *w.values()])))
     return out
+
+
+def part_hours(corpus_h: float, docs: int, part: int, parts: int, startup_h: float) -> float:
+    """GPU-hours of one part of a corpus encode: its share of the documents, and a job start of its own."""
+    start, stop = part_range(docs, part, parts)
+    return (corpus_h - startup_h) * (stop - start) / max(docs, 1) + startup_h
 
 
 def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int,
@@ -209,4 +230,7 @@ def render_schedule(s: Mapping[str, Any]) -> str:
         f"| of which before the first GPU job (downloads, data preparation) | {h(s['gpu_idle_before_first_h'])} |",
         f"| of which after the last GPU job (the last indexes and searches) | {h(s['gpu_idle_after_last_h'])} |",
         "| of which in between (no GPU job ready, or its threads held by Lucene jobs) | "
-        f"{h(s['gpu_idle_h'] - s['gpu_idle_before_first_h'] - s['gpu_idle_after_last_h'])} |", ""])
+        f"{h(s['gpu_idle_h'] - s['gpu_idle_before_first_h'] - s['gpu_idle_after_last_h'])} |",
+        "| of which, in between, before the first training (its data not ready; only published models encode) | "
+        f"{h(s['gpu_idle_before_training_h'])} |",
+        f"| longest job ({s['longest_job']}) | {h(s['longest_job_h'])} |", ""])

@@ -124,3 +124,37 @@ def dataset_files(spec: Mapping[str, Any], *parts: str) -> list[str]:
 def corpus_files(spec: Mapping[str, Any]) -> list[str]:
     """The local files a corpus spec's documents come from (a subset's also depend on its queries and qrels)."""
     return dataset_files(spec, "corpus", "queries", "qrels") if spec.get("subset") else dataset_files(spec, "corpus")
+
+
+def known_docs(spec: Mapping[str, Any]) -> int | None:
+    """A corpus's document count before any download: ir_datasets' shipped metadata (None for local files,
+    a subset, or an id whose metadata has no count)."""
+    if spec["source"] != "ir_datasets" or spec.get("subset"):
+        return None
+    import ir_datasets
+
+    try:
+        return ir_datasets.load(spec["id"]).docs_count()
+    except (KeyError, AttributeError):
+        return None
+
+
+def corpus_parts(spec: Mapping[str, Any], part_docs: int | None) -> int:
+    """How many GPU jobs encode a corpus: one per ``part_docs`` documents of its known size, so that a big
+    corpus's encode is shared by several GPUs; 1 when the size is unknown before preparation or parts are
+    off (None). The count is fixed when the workflow is planned: the DAG stays static."""
+    n = known_docs(spec)
+    return max(1, -(-n // part_docs)) if n and part_docs else 1
+
+
+# Documents of a batching window of a corpus encode (the grid that fixes which documents share a batch):
+# large enough that sorting inside it leaves almost no padding, small enough to hold its vectors in memory.
+CHUNK_DOCS = 20_000
+
+
+def part_range(total: int, part: int, parts: int, window: int = CHUNK_DOCS) -> tuple[int, int]:
+    """Documents ``[start, stop)`` of part ``part`` of ``parts``: equal ranges rounded up to whole batching
+    windows, so that each part's batches are those of a one-job encode."""
+    size = -(-total // parts)
+    size = -(-size // window) * window
+    return min(total, part * size), min(total, (part + 1) * size)

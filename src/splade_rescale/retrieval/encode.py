@@ -12,21 +12,25 @@ tokeniser thread tokenises the next chunk (on the fast tokenizer's own threads) 
 the encoder queues batch k + 1 before reading back batch k, and a writer thread formats,
 compresses and writes the previous chunk (:class:`splade_rescale.retrieval.shard_folder.ShardWriter`).
 
-Memory stays bounded whatever the corpus size: documents are read in chunks of
-``chunk_size``, tokenised once, sorted by token count inside the chunk and cut into batches by a
+Memory stays bounded whatever the corpus size: documents are read in windows of
+``chunk_size``, tokenised once, sorted by token count inside the window and cut into batches by a
 count and a token budget (almost no padding: docs/measurements.md), encoded and written back in
-corpus order. Chunks are cut at shard boundaries, so a shard's batches depend
-on the shard alone: a run killed after ``k`` finished shards resumes at shard ``k`` (in a
-work folder beside the output, which Snakemake does not delete) and writes the same bytes as
-an uninterrupted run. It resumes only under the same inputs (the model's content, the corpus
-and its document count, the output settings, the effective precision, the device and the
-batching, which sets the padding and hence bf16's sums); other inputs start again, with one
-log line naming what differs, so a corpus never mixes bf16 and fp32 shards. There are at least
-``index_threads`` shards when the corpus is large enough (Anserini indexes each file on one thread).
+corpus order. The windows lie on a fixed grid of the corpus's document order
+(:func:`grid_floor`), so which documents share a batch, and hence every float bit, depends neither
+on the shard size, nor on the indexing threads, nor on how the corpus is split into parts (each
+a separate job over a contiguous, grid-aligned range: ``start``, ``stop``). Shards are cut from
+the windows' output. A run killed after ``k`` finished shards resumes at shard ``k`` (in a work
+folder beside the output, which Snakemake does not delete), encoding that shard's window whole
+again, and writes the same bytes as an uninterrupted run. It resumes only under the same inputs
+(the model's content, the corpus and its document count, the output settings, the effective
+precision, the device and the batching, which sets the padding and hence bf16's sums); other
+inputs start again, with one log line naming what differs, so a corpus never mixes bf16 and fp32
+shards. There are at least ``index_threads`` shards when the corpus is large enough (Anserini
+indexes each file on one thread).
 
 Disk stays bounded too: Anserini's impact index repeats each term by its weight, so a model
-with thousands of non-zeros per document would write terabytes. After the first
-``size_sample`` documents the shard and index sizes of the whole corpus are estimated; above
+with thousands of non-zeros per document would write terabytes. After the job's first
+window (the corpus's first ``size_sample`` documents) the shard and index sizes of the whole corpus are estimated; above
 ``budget_gb`` the encode stops with :class:`TooDenseError` (the workflow records "too dense
 to index" and goes on) and its work folder goes. A resumed run judges the same sample, kept in
 the work folder. The same bytes per document, over all the documents of every corpus
@@ -37,15 +41,19 @@ ir_datasets knows the count. ``max_active_dims`` optionally keeps only each docu
 top-k weights (sentence-transformers' name for the same pruning); off by default. A NaN or
 infinite weight stops the encode with one line naming the model, the corpus and the document.
 
-Over 400 lines (422) because batching, the size guard and the CLI stages all act on one chunk loop.
+Over 400 lines (about 540) because batching on the grid, the size guard, the parts and the CLI stages all act
+on one window loop.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 import shutil
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, Sized
@@ -54,6 +62,7 @@ import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
+from splade_rescale.data.corpora import CHUNK_DOCS, part_range
 from splade_rescale.model.sparse_rows import NonFiniteWeights, SparseRows
 from splade_rescale.model.splade import SpladeEncoder
 from splade_rescale.retrieval.shard_folder import (
@@ -65,11 +74,12 @@ from splade_rescale.retrieval.shard_folder import (
     TermStats,
     VectorLines,
     bf16_autocast,
+    doc_prefix,
     encoder_numerics,
+    gzip_compressor,
     query_prefix,
     resume_inputs,
     shard_docs_for,
-    skip_finished,
     work_folder,
 )
 
@@ -215,64 +225,116 @@ def _check_budgets(n_docs: int, shard_bytes: int, nnz: int, budgets: Budgets) ->
     return estimate
 
 
-def _shard_chunks(docs: Iterator[tuple[str, str]], first: int, shard_docs: int, chunk_size: int,
-                  sample: int | None) -> Iterator[list[tuple[str, str]]]:
-    """Chunks from document ``first`` (a shard boundary) on, cut at every shard boundary.
+def grid_floor(pos: int, window: int, sample: int) -> int:
+    """The batching grid's last boundary at or before ``pos``: multiples of ``window``, and ``sample``
+    (the size guard's first documents) when it is smaller. The grid depends on the corpus's order
+    alone, never on shards, threads or parts, so neither moves a document's batch."""
+    if 0 < sample < window and sample <= pos < window:
+        return sample
+    return pos // window * window
 
-    Inside a shard the cuts depend on the shard alone (shard 0 starts with ``sample``
-    documents when sampling), so a resumed run encodes the same batches as an uninterrupted one.
-    """
+
+def _windows(docs: Iterator[tuple[str, str]], first: int, stop: int | None, window: int,
+             sample: int) -> Iterator[list[tuple[str, str]]]:
+    """Lists of documents from grid boundary ``first`` to ``stop`` (None: the end), one per grid window."""
     pos = first
-    while True:
-        in_shard = pos % shard_docs
-        n = min(chunk_size, shard_docs - in_shard)
-        if sample and pos < sample:
-            n = sample - pos
-        chunk = list(itertools.islice(docs, n))
+    while stop is None or pos < stop:
+        end = sample if 0 < sample < window and pos < sample else (pos // window + 1) * window
+        chunk = list(itertools.islice(docs, (end if stop is None else min(end, stop)) - pos))
         if not chunk:
             return
         yield chunk
         pos += len(chunk)
 
 
+def _rows_between(batches: Batches, a: int, b: int) -> Batches:
+    """The batches' rows of chunk positions ``[a, b)``, renumbered from ``a`` (a piece of one shard)."""
+    out = []
+    for positions, rows in batches:
+        keep = np.flatnonzero((positions >= a) & (positions < b))
+        if not len(keep):
+            continue
+        lengths = np.diff(rows.indptr)[keep]
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(rows.indptr.dtype)
+        take = np.repeat(rows.indptr[keep] - indptr[:-1], lengths) + np.arange(indptr[-1])
+        out.append((positions[keep] - a, SparseRows(indptr, rows.terms[take], rows.weights[take])))
+    return out
+
+
+def _skip(docs: Iterator[tuple[str, str]], n: int) -> str | None:
+    """Advance ``docs`` by ``n`` documents; the last id passed."""
+    seen = None
+    for seen, _ in itertools.islice(docs, n):
+        pass
+    return seen
+
+
+def _changed(folder: ShardFolder, last_id: str | None, seen: str | None) -> ValueError:
+    shutil.rmtree(folder.root, ignore_errors=True)
+    return ValueError(f"{folder.root}: its finished shards end at document {last_id!r}, but the corpus has "
+                      f"{seen!r} there; the corpus changed since: its work folder is removed, rerun to encode "
+                      "it from the start")
+
+
+def _measure(folder: ShardFolder, window: Sequence[tuple[str, str]], batches: Batches, budgets: Budgets) -> dict:
+    """The size guard's verdict on one encoded window, its size kept so that a resumed run judges the same."""
+    c = gzip_compressor()
+    data = VectorLines().ordered([doc_prefix(d) for d, _ in window], batches)
+    nbytes, nnz = len(c.compress(data)) + len(c.flush()), sum(int(rows.indptr[-1]) for _, rows in batches)
+    folder.save_size_sample(len(window), nbytes, nnz)
+    return _check_budgets(len(window), nbytes, nnz, budgets)
+
+
 def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
                 batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
-                chunk_size: int = 20_000, total: int | None = None, *, budget_gb: float | None = None,
+                chunk_size: int = CHUNK_DOCS, total: int | None = None, *, budget_gb: float | None = None,
                 model_budget_gb: float | None = None, model_docs: int | None = None,
                 size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
-                inputs: Mapping[str, Any] | None = None, batch_tokens: int | None = None) -> dict:
+                inputs: Mapping[str, Any] | None = None, batch_tokens: int | None = None, start: int = 0,
+                stop: int | None = None) -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
-    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after
-    ``size_sample`` documents if the whole corpus's estimated shards + index exceed it; with
+    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after the first window
+    (``size_sample`` documents at the corpus's start) if the whole corpus's estimated shards + index exceed it; with
     ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
     document over ``model_docs`` documents exceed that.
     Finished shards of an interrupted run are verified and kept when it had the same
     ``inputs`` (what the vectors depend on upstream: model, corpus), output settings, encoder
     numerics (:func:`encoder_numerics`) and batching; only the rest is encoded. Batches hold at most
-    ``batch_size`` documents and ``batch_tokens`` padded tokens (:class:`Batching`).
+    ``batch_size`` documents and ``batch_tokens`` padded tokens (:class:`Batching`), all of one window
+    of ``chunk_size`` documents of the grid (:func:`grid_floor`). ``start``, ``stop``: only the corpus's
+    documents ``[start, stop)``, ``docs`` beginning at ``start`` (a part; ``start`` on the grid).
     """
     out_dir = Path(out_dir)
     folder = ShardFolder(work_folder(out_dir))
-    shard_docs = shard_docs_for(total, shard_size, index_threads)
+    end = total if stop is None else stop
+    n_docs = None if end is None else end - start
+    if start != grid_floor(start, chunk_size, size_sample):
+        raise ValueError(f"a part starts at document {start:,}, off the batching grid of {chunk_size:,} documents")
+    shard_docs = shard_docs_for(n_docs, shard_size, index_threads)
     budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
-    sample = min(size_sample, shard_docs) if budgets.active() else None  # shard 0's first chunk
     numerics = encoder_numerics(encoder)
     batching = Batching(max_length, batch_size, batch_tokens)
-    key = {**(inputs or {}), "docs": total, "shard_docs": shard_docs, "max_length": max_length,
+    key = {**(inputs or {}), "docs": total, **({"part": [start, end]} if start or stop is not None else {}),
+           "shard_docs": shard_docs, "max_length": max_length,
            "quantization": quantization, "max_active_dims": max_active_dims, "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
            **numerics, "batch_size": batch_size, "batch_tokens": batch_tokens, "sorted_by": "tokens",
-           "chunk_size": chunk_size, "size_sample": sample}
-    finished = folder.start(key, shard_docs, total)
+           "chunk_size": chunk_size, "size_sample": size_sample}
+    finished = folder.start(key, shard_docs, n_docs)
     done = sum(r.docs for r in finished)
+    last_id = finished[-1].last_id if finished else None
     prior = TermStats()
     for r in finished:
         prior.merge(folder.stats(r))
     if finished:
         log.info("resuming at shard %d: %d documents in %d verified shards, %s to encode", len(finished), done,
-                 len(finished), "the rest" if total is None else f"{total - done}")
+                 len(finished), "the rest" if n_docs is None else f"{n_docs - done}")
     docs = iter(docs)
-    skip_finished(docs, done, finished[-1].last_id if finished else None, folder)
+    pos = start + done  # the first document to write; its grid window is encoded whole, as in one run
+    first = grid_floor(pos, chunk_size, size_sample)
+    drop = pos - first
+    if (seen := _skip(docs, first - start)) != last_id and done and not drop:
+        raise _changed(folder, last_id, seen)
 
     estimate = None
     if budget_gb and not total:
@@ -280,19 +342,24 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     t0 = time.perf_counter()
     writer = ShardWriter(folder, shard_docs, done)
     try:
-        if sample and finished:  # judged on the sample kept by the first run, or (none kept) the finished shards
+        if budgets.active() and finished:  # judged on the sample kept by the first run, or the finished shards
             kept = folder.size_sample or {"docs": done, "bytes": sum(r.bytes for r in finished), "nnz": prior.nnz}
             estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
-        chunks = _shard_chunks(docs, done, shard_docs, chunk_size, sample)
-        with tqdm(total=total, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
-            for chunk, batches in _encode_chunks(encoder, chunks, batching, quantization, max_active_dims):
-                measure = estimate is None and sample is not None
-                writer.put([d for d, _ in chunk], batches, measure=measure)
-                bar.update(len(chunk))
-                if measure:
-                    writer.drain()
-                    kept = folder.size_sample
-                    estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
+        windows = _windows(docs, first, end, chunk_size, size_sample)
+        with tqdm(total=n_docs, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
+            for window, batches in _encode_chunks(encoder, windows, batching, quantization, max_active_dims):
+                if drop and window[drop - 1][0] != last_id:
+                    raise _changed(folder, last_id, window[drop - 1][0])
+                if estimate is None and budgets.active():  # the job's first window is the size guard's sample
+                    estimate = _measure(folder, window, batches, budgets)
+                a = drop
+                while a < len(window):  # cut at shard boundaries: a shard is a contiguous range of the part
+                    b = min(len(window), a + shard_docs - (first + a - start) % shard_docs)
+                    writer.put([d for d, _ in window[a:b]],
+                               batches if (a, b) == (0, len(window)) else _rows_between(batches, a, b))
+                    a = b
+                bar.update(len(window) - drop)
+                first, drop = first + len(window), 0
             writer.close()
     except TooDenseError:
         writer.abort(write_queued=False)
@@ -355,32 +422,85 @@ NON_FINITE_FIX = ("fix: the model's weights or activations overflowed (see its t
 def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
                   batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
                   *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
-                  encoder: Encoder | None = None, chunk_size: int = 20_000, precision: str = "auto",
+                  encoder: Encoder | None = None, chunk_size: int = CHUNK_DOCS, precision: str = "auto",
                   budget_gb: float | None = None, max_active_dims: int | None = None,
                   index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
-                  model_docs: int | None = None, files_sha256: Mapping[str, str] | None = None) -> dict:
+                  model_docs: int | None = None, files_sha256: Mapping[str, str] | None = None,
+                  part: int = 0, parts: int = 1) -> dict:
     """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside.
 
     ``total``: the corpus's document count from its preparation; without it the corpus is
     counted here (a local one) or taken from ir_datasets / the published size. ``files_sha256``:
-    the local files' digests from the same preparation, part of the resume key.
+    the local files' digests from the same preparation, part of the resume key. ``part`` of
+    ``parts``: only that contiguous range of the corpus (:func:`part_range`; :func:`join_parts`
+    makes the corpus's collection of them).
     """
     from splade_rescale.data.datasets import load_corpus
 
     docs, known = load_corpus(name, corpus_spec, root, count=total is None)
     total = total or known
+    start, stop = 0, None
+    if parts > 1:
+        if not total:
+            raise ValueError(f"{name}: no document count, so it cannot be encoded in {parts} parts; fix: prepare "
+                             "the corpus (prepare_corpus) first")
+        start, stop = part_range(total, part, parts, chunk_size)
+        if start >= stop:
+            raise ValueError(f"{name}: part {part} of {parts} holds no documents ({total:,} in all); fix: raise "
+                             "encoding.part_docs")
+        docs = itertools.islice(docs, start, None)
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision, texts=total)
     try:
         stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size, total,
                             budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
                             max_active_dims=max_active_dims, index_threads=index_threads,
-                            inputs=resume_inputs(model_dir, name, corpus_spec, head, files_sha256))
+                            inputs=resume_inputs(model_dir, name, corpus_spec, head, files_sha256),
+                            start=start, stop=stop)
     except NonFiniteWeights as exc:
         raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for document {exc.item!r} of corpus "
                          f"{name!r}; {NON_FINITE_FIX}") from None
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
                                          "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
+
+
+def join_parts(parts: Sequence[str | Path], out_dir: str | Path) -> dict:
+    """CLI stage: a corpus's parts, in order -> its one collection (hard links, no copy: shards numbered on in
+    corpus order, so the index reads the documents in the order of a one-job encode) + the stats JSON beside
+    it, summed over the parts. A part that left a SKIPPED record (collapsed, too dense) is the corpus's record."""
+    from splade_rescale.atomic import atomic_dir
+    from splade_rescale.retrieval.skips import SKIPPED, skipped
+
+    records = [json.loads(stats_path_for(p).read_text()) for p in parts]
+    with atomic_dir(out_dir) as tmp:
+        if (record := next((skipped(Path(p)) for p in parts if skipped(Path(p))), None)) is not None:
+            write_json(tmp / SKIPPED, record)
+            write_json(stats_path_for(out_dir), record)
+            return record
+        k = 0
+        for p in parts:
+            for shard in sorted(Path(p).glob("docs-*.jsonl.gz")):
+                _link_or_copy(shard, tmp / f"docs-{k:05d}.jsonl.gz")
+                k += 1
+    df: Counter[str] = Counter()
+    for r in records:
+        df.update(r["term_df"])
+    n, nnz = sum(r["n_docs"] for r in records), sum(df.values())  # a document counts a term once: df sums to nnz
+    sums = {key: sum(r[key] for r in records) for key in ("n_docs_empty_vector", "seconds", "resumed_docs",
+                                                           "encoded_docs", "shard_bytes")}
+    stats = {**records[0], **sums, "n_docs": n, "mean_nnz_per_doc": nnz / n, "shards": k, "parts": len(parts),
+             "term_df": dict(sorted(df.items(), key=lambda kv: int(kv[0]))),
+             "docs_per_second": round(sums["encoded_docs"] / sums["seconds"], 2) if sums["seconds"] else None,
+             "shard_bytes_per_doc": round(sums["shard_bytes"] / n, 1)}
+    write_json(stats_path_for(out_dir), stats)
+    return stats
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copyfile(src, dst)
 
 
 def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str | Path, max_length: int,

@@ -19,14 +19,13 @@ folder gives its document count, first and last id, size, SHA-256, non-zero coun
 document frequencies. Shard, frequencies and record are synced to disk in that order, so a
 record survives a node crash only with its shard. A rerun verifies the records and encodes only the rest.
 
-Over 400 lines (about 520) because the folder, its shards' writer and their records are one concept:
+Over 400 lines (about 510) because the folder, its shards' writer and their records are one concept:
 split, each half imported the other.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import operator
@@ -36,7 +35,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -199,12 +198,10 @@ class ShardWriter:
         self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
         self._thread.start()
 
-    def put(self, docids: list[str], batches: Batches, measure: bool = False) -> None:
-        """Queue a chunk (its ids in corpus order, its rows as encoded: ``(positions, rows)`` per batch);
-        ``measure``: the chunk is the size guard's sample: save its size as a standalone shard with the
-        folder (:meth:`ShardFolder.save_size_sample`) before its shard can finish."""
+    def put(self, docids: list[str], batches: Batches) -> None:
+        """Queue a chunk (its ids in corpus order, its rows as encoded: ``(positions, rows)`` per batch)."""
         self._raise()
-        self._queue.put((docids, batches, measure))
+        self._queue.put((docids, batches))
 
     def drain(self) -> None:
         """Wait until every queued chunk is written."""
@@ -262,15 +259,11 @@ class ShardWriter:
                 self._queue.task_done()
         self._queue.task_done()
 
-    def _write(self, docids: list[str], batches: Batches, measure: bool) -> None:
+    def _write(self, docids: list[str], batches: Batches) -> None:
         data = self._lines.ordered([doc_prefix(d) for d in docids], batches)
         if self._shard is None:
             self._shard = _OpenShard(self.folder, self._pos // self.shard_docs, docids[0])
         self._shard.write(data, docids[-1], batches)
-        if measure:
-            c = gzip_compressor()
-            sample = self.stats
-            self.folder.save_size_sample(sample.n, len(c.compress(data)) + len(c.flush()), sample.nnz)
         self._pos += len(docids)
         if self._pos % self.shard_docs == 0:
             self._finish_shard()
@@ -360,18 +353,6 @@ def resume_inputs(model_dir: str | Path, name: str, corpus_spec: Mapping, head: 
     device and batching)."""
     return {"model": model_fingerprint(model_dir), "corpus": name, "spec": dict(corpus_spec),
             "files": dict(files_sha256 or {}), "head": head}
-
-
-def skip_finished(docs: Iterator[tuple[str, str]], n: int, last_id: str | None, folder: ShardFolder) -> None:
-    """Advance ``docs`` past the ``n`` documents of the finished shards, checking the last id."""
-    seen = None
-    for seen, _ in itertools.islice(docs, n):
-        pass
-    if n and seen != last_id:
-        shutil.rmtree(folder.root, ignore_errors=True)
-        raise ValueError(f"{folder.root}: its finished shards end at document {last_id!r}, but the corpus has "
-                         f"{seen!r} there; the corpus changed since: its work folder is removed, rerun to encode "
-                         "it from the start")
 
 
 def encoder_numerics(encoder: Any) -> dict[str, Any]:
