@@ -99,14 +99,29 @@ def test_an_experiment_cannot_be_named_like_a_results_folder():
 
 
 def test_visible_device_ids_as_cuda_reads_them(tmp_path):
-    for name in ("nvidia0", "nvidia10", "nvidia2", "nvidiactl", "nvidia-uvm"):
+    # synthetic /dev folders: a container given the host's GPUs 2 and 5 keeps /dev/nvidia2 and
+    # /dev/nvidia5, and CUDA calls them 0 and 1 (CUDA_VISIBLE_DEVICES=2 there finds no GPU)
+    for name in ("nvidia2", "nvidia5", "nvidiactl", "nvidia-uvm"):
         (tmp_path / name).touch()
-    assert visible_device_ids({}, tmp_path) == ["0", "2", "10"]  # device files, in number order
+    assert visible_device_ids({}, tmp_path) == ["0", "1"]
+    (tmp_path / "nvidia10").touch()
+    assert visible_device_ids({}, tmp_path) == ["0", "1", "2"]
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "3, 1"}, tmp_path) == ["3", "1"]  # the variable wins
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "2,-1,3"}, tmp_path) == ["2"]  # -1 hides the rest
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": ""}, tmp_path) == []
     gpu_uuid = "GPU-8f6e1c2a-0000-1111-2222-333344445555"
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": gpu_uuid}, tmp_path) == [gpu_uuid]
+
+
+def test_wsl2_without_device_files_is_one_gpu_not_none(tmp_path):
+    # synthetic WSL2: /dev/dxg and NVIDIA's driver in /usr/lib/wsl/lib, no /dev/nvidiaN
+    dev, driver = tmp_path / "dev", tmp_path / "libcuda.so"
+    dev.mkdir()
+    (dev / "dxg").touch()
+    assert visible_device_ids({}, dev, driver) == []  # dxg without NVIDIA's driver: not a CUDA GPU
+    driver.touch()
+    assert visible_device_ids({}, dev, driver) == ["0"]  # one pool id: GPU jobs one at a time on GPU 0
+    assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "0,1"}, dev, driver) == ["0", "1"]
 
 
 def test_torch_build_is_read_without_importing_torch():

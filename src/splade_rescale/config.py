@@ -268,10 +268,30 @@ def local_threads(config: dict[str, Any], cores: int, gpus: int) -> dict[str, in
             "lucene": max(1, min(lucene, cores - per_gpu_job * gpus))}
 
 
-def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> list[str]:
-    """The NVIDIA GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES's entries
-    where set (up to a "-1", which hides the rest, as CUDA reads it), else one id per /dev/nvidiaN."""
+WSL_DRIVER = Path("/usr/lib/wsl/lib/libcuda.so")  # NVIDIA's CUDA driver as WSL2 mounts it
+
+
+def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev"),
+                       wsl_driver: Path = WSL_DRIVER) -> list[str]:
+    """The NVIDIA GPUs this process may use, as ids CUDA accepts in CUDA_VISIBLE_DEVICES, without
+    importing torch: the variable's entries where set (ordinals or UUIDs, up to a "-1", which hides
+    the rest, as CUDA reads it); else CUDA's ordinals 0..n-1 of the n /dev/nvidiaN files.
+
+    Why the count and not the N: a container (``docker run --gpus '"device=2,5"'``, Kubernetes) keeps
+    the host's numbers, /dev/nvidia2 and /dev/nvidia5, while CUDA calls those GPUs 0 and 1. The device
+    files are what the container runtime hands over, so their count is what CUDA enumerates; reading
+    them needs no torch import (seconds), no NVML and no ``nvidia-smi`` (absent from many images).
+    WSL2 shows no /dev/nvidiaN: its GPUs come through /dev/dxg, with NVIDIA's driver in
+    /usr/lib/wsl/lib; CUDA's first GPU (ordinal 0) is then the pool, unless CUDA_VISIBLE_DEVICES names more."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",")]
         return [d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d]
-    return sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)), key=int)
+    count = sum(1 for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
+    if not count and wsl_gpu(dev, wsl_driver):
+        count = 1
+    return [str(i) for i in range(count)]
+
+
+def wsl_gpu(dev: Path = Path("/dev"), driver: Path = WSL_DRIVER) -> bool:
+    """Whether this is WSL2 with NVIDIA's driver: GPUs behind /dev/dxg, no /dev/nvidiaN to count."""
+    return (dev / "dxg").exists() and driver.exists()

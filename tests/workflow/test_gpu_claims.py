@@ -9,6 +9,7 @@ log line names the ids it was given and its pid: what the assertions read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -62,6 +63,65 @@ def test_a_claim_takes_free_ids_only_and_a_killed_holder_frees_them(tmp_path: Pa
                                                                       if k != "SPLADE_RESCALE_GPU_POOL"},
                            capture_output=True, text=True, timeout=60)
     assert plain.stdout.strip() == "[]"  # no pool (a cluster job): nothing claimed, nothing set
+
+
+RANK = """import os, time
+from splade_rescale.gpus import die_with_parent
+die_with_parent()
+print(os.environ["LOCAL_RANK"], os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_the_ddp_launcher_keeps_the_claim_and_its_ranks_die_with_it(tmp_path: Path) -> None:
+    """The claim's locks outlive the exec into the launcher, which is this Python's torch.distributed.run
+    (a `torchrun` first on PATH is not run), and SIGKILLing the launcher ends its ranks (real
+    torch.distributed.run on the CPU; the ids 0 and 1 are synthetic)."""
+    from splade_rescale.gpus import holders
+    (tmp_path / "rank.py").write_text(RANK)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text("#!/bin/sh\necho 'the torchrun on PATH ran' >&2; exit 99\n")
+    (fake / "torchrun").chmod(0o755)
+    pool = f'{{"ids": ["0", "1"], "claims": "{tmp_path / "claims"}"}}'
+    code = ("import logging; from splade_rescale.gpus import claim_for_job, exec_ranks; logging.basicConfig(level=20);"
+            f"claim_for_job(2, 'ddp test'); exec_ranks(2, [{str(tmp_path / 'rank.py')!r}])")
+    launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "SPLADE_RESCALE_GPU_POOL": pool,
+                                                "PATH": f"{fake}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"})
+    ranks: dict[str, int] = {}
+    try:
+        for _ in range(2):
+            line = launcher.stdout.readline().split()
+            assert len(line) == 3, (line, launcher.stderr.read() if launcher.poll() is not None else "")
+            ranks[line[0]] = int(line[1])
+            assert line[2] == "0,1"  # each rank sees the launcher's claim
+        cmdline = Path(f"/proc/{launcher.pid}/cmdline").read_text().split("\0")
+        assert cmdline[:3] == [sys.executable, "-m", "torch.distributed.run"], cmdline
+        # the exec'd launcher, same pid, still holds both ids: a claim by anyone else waits
+        assert holders(["0", "1"], tmp_path / "claims") == {d: f"pid {launcher.pid}: ddp test" for d in "01"}
+        probe = _holder(pool, 1, 0)
+        time.sleep(2.0)
+        assert probe.poll() is None  # waiting: both ids are the launcher's
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        assert probe.communicate(timeout=60)[0].strip() == "0"  # the kernel dropped the launcher's locks
+        end = time.monotonic() + 30
+        while any(map(_alive, ranks.values())) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(map(_alive, ranks.values())), ranks  # no rank outlived its launcher
+    finally:
+        launcher.kill()
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _config() -> dict:
