@@ -135,3 +135,20 @@ def test_torch_build_is_read_without_importing_torch():
 
     assert out == [torch.__version__, str(torch.version.cuda), "False"]
     assert torch_build() == {"version": torch.__version__, "cuda": torch.version.cuda}
+
+
+def test_the_cores_that_feed_the_gpus_of_the_paper_run():
+    """8 cores hold a thread for each of 8 GPU jobs, but the indexes and searches each GPU-hour leaves
+    (the bill's ratio) keep only about half the GPUs busy: the run's first lines say so and name the
+    --cores that feeds all 8."""
+    from splade_rescale.config import gpus_fed
+    from splade_rescale.costs.plan import build_plan, load_throughputs
+    config = load_config(REPO / "config/config.yaml")
+    totals = build_plan(config, load_throughputs())["totals"]
+    ratio = (totals["index_core_h"] + totals["retrieve_core_h"]) / (totals["train_gpu_h"] + totals["encode_gpu_h"])
+    eight = gpus_fed(config, 8, 8, ratio)
+    assert eight["at_once"] == 8 and eight["busy"] < 8 and 8 < eight["cores_for_all"] <= 64
+    assert gpus_fed(config, eight["cores_for_all"], 8, ratio)["busy"] == 8
+    assert gpus_fed(config, 64, 8, ratio) == {"at_once": 8, "busy": 8, "cores_for_all": 64}
+    assert gpus_fed(config, 8, 1, ratio) == {"at_once": 1, "busy": 1, "cores_for_all": 8}
+    assert gpus_fed(config, 4, 8, ratio)["at_once"] == 4  # fewer cores than GPUs: one thread per GPU job

@@ -268,6 +268,26 @@ def local_threads(config: dict[str, Any], cores: int, gpus: int) -> dict[str, in
             "lucene": max(1, min(lucene, cores - per_gpu_job * gpus))}
 
 
+def gpus_fed(config: dict[str, Any], cores: int, gpus: int, core_h_per_gpu_h: float) -> dict[str, int]:
+    """What ``cores`` give ``gpus`` GPUs on one machine: GPU jobs that can hold their threads at once
+    (``at_once``), GPUs the cores keep busy (``busy``) and the fewest ``--cores`` that keep all busy
+    (``cores_for_all``).
+
+    Why: each GPU job holds its threads (:func:`local_threads`), and every GPU-hour leaves the index
+    and search jobs ``core_h_per_gpu_h`` core-hours (the bill's ratio, ``make plan``). Cores short of
+    a GPU's thread plus its share of that idle the GPUs, which a run would otherwise not say.
+    """
+    def per_job(c: int) -> int:  # threads a GPU job holds at --cores c
+        threads = local_threads(config, c, gpus)
+        return min(threads["train"], threads["encode"])
+
+    held = per_job(cores)
+    top = gpus * (int(config["training"]["threads"]) + int(config["encoding"]["threads"]) + math.ceil(core_h_per_gpu_h))
+    cores_for_all = next(c for c in range(max(1, cores), max(cores, top) + 1) if gpus * (per_job(c) + core_h_per_gpu_h) <= c)
+    busy = max(1, min(gpus, int(cores / (held + core_h_per_gpu_h))))
+    return {"at_once": min(gpus, cores // held), "busy": busy, "cores_for_all": cores_for_all}
+
+
 WSL_DRIVER = Path("/usr/lib/wsl/lib/libcuda.so")  # NVIDIA's CUDA driver as WSL2 mounts it
 
 

@@ -65,6 +65,29 @@ def test_a_claim_takes_free_ids_only_and_a_killed_holder_frees_them(tmp_path: Pa
     assert plain.stdout.strip() == "[]"  # no pool (a cluster job): nothing claimed, nothing set
 
 
+def test_a_job_handed_gpu_ids_without_a_cuda_device_stops_in_one_line(monkeypatch, caplog) -> None:
+    """This machine's torch has no CUDA device: what a job given ids CUDA does not know (a container's
+    /dev numbers) or a CPU torch on a GPU machine meets. ``device: auto`` stops there, ``cpu`` does not."""
+    import torch
+
+    from splade_rescale.model.splade import resolve_device
+    monkeypatch.delenv(CPU_TORCH_VAR, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    with caplog.at_level("INFO", logger="splade_rescale.gpus"), pytest.raises(RuntimeError) as stop:
+        resolve_device("auto")
+    message = str(stop.value)
+    assert "\n" not in message and message.startswith("CUDA_VISIBLE_DEVICES=2,5 hands this job GPU(s), but torch")
+    assert "nvidia-smi -L" in message and "make install TORCH=cuda" in message and "device: cpu" in message
+    assert f"devices: CUDA_VISIBLE_DEVICES=2,5 (pid {os.getpid()}; torch sees 0 CUDA device(s))" in caplog.text
+    assert resolve_device("cpu") == torch.device("cpu")  # the config's device: cpu runs there
+    monkeypatch.setenv(CPU_TORCH_VAR, "1")  # the tests' explicit escape hatch
+    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.delenv(CPU_TORCH_VAR)
+    for hidden in ("", "-1"):  # no GPU handed over: the CPU is what was asked for
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert resolve_device("auto") == torch.device("cpu")
+
+
 RANK = """import os, time
 from splade_rescale.gpus import die_with_parent
 die_with_parent()
@@ -251,12 +274,16 @@ def test_a_gpu_machine_with_a_cpu_torch_stops_before_any_job_unless_device_cpu(t
     assert proc.returncode == 0 and "GPUs: none" in proc.stdout, proc.stderr[-2000:]
 
 
-def test_more_gpus_asked_than_shown_runs_on_those_shown(tmp_path: Path) -> None:
-    env_proc = snakemake("all", "-n", "--cores", "8", "--configfile", "config/demo.yaml", "--resources", "gpu=8",
+def test_more_gpus_asked_than_shown_runs_on_those_shown_and_fewer_cores_say_so(tmp_path: Path) -> None:
+    env_proc = snakemake("all", "-n", "--cores", "1", "--configfile", "config/demo.yaml", "--resources", "gpu=8",
                          cwd=_linked(tmp_path), env={**WITH_BIN, "CUDA_VISIBLE_DEVICES": "3,5", CPU_TORCH_VAR: "1"})
     assert env_proc.returncode == 0, env_proc.stderr[-2000:]
     assert "--resources gpu=8, but this machine shows 2 GPU(s): GPU jobs run 2 at once" in env_proc.stdout
     assert "GPU jobs: at most 2 at once (gpu=2), each on GPUs of its own of 3,5" in env_proc.stdout
+    # one core, two GPUs: one GPU job holds the core, the other GPU idles, and the log says so
+    assert re.search(r"--cores 1 holds threads for at most 1 GPU job\(s\) at once \(each holds 1\), so 1 of the 2 "
+                     r"GPUs idle; --cores \d+ or more keeps all busy", env_proc.stdout), env_proc.stdout[:3000]
     default = snakemake("all", "-n", "--cores", "8", "--configfile", "config/demo.yaml", cwd=tmp_path,
                         env={**WITH_BIN, "CUDA_VISIBLE_DEVICES": "3,5", CPU_TORCH_VAR: "1"})
     assert "GPU jobs: at most 2 at once (gpu=2)" in default.stdout, default.stderr[-2000:]  # every GPU shown
+    assert "8 cores keep all 2 GPU(s) busy" in default.stdout and "holds threads for" not in default.stdout
