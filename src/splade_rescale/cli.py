@@ -149,9 +149,9 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--prepared", type=Path, help="the examples this recipe reads, from prepare-training-data"),
     p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
                    help='settings that do not change the run: {"training_cadence": {RUN: {log_every, ...}}}, as JSON'),
-    # not --run: torchrun, which gets this command line, takes that for an abbreviation of its --run-path
+    # not --run: DDP's launcher, which gets this command line, takes that for an abbreviation of its --run-path
     p.add_argument("--run-key", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
-    p.add_argument("--gpus", type=int, default=0, help=f"{GPUS_HELP}; more than 1 starts it under torch.distributed.run (DDP)"),
+    p.add_argument("--gpus", type=int, default=0, help=f"{GPUS_HELP}; more than 1 starts it under DDP's launcher"),
     p.add_argument("--device", default="auto"),
     p.add_argument("--threads", type=int),
     p.add_argument("--checkpoints", required=True, type=Path),

@@ -283,7 +283,8 @@ def gpus_fed(config: dict[str, Any], cores: int, gpus: int, core_h_per_gpu_h: fl
 
     held = per_job(cores)
     top = gpus * (int(config["training"]["threads"]) + int(config["encoding"]["threads"]) + math.ceil(core_h_per_gpu_h))
-    cores_for_all = next(c for c in range(max(1, cores), max(cores, top) + 1) if gpus * (per_job(c) + core_h_per_gpu_h) <= c)
+    cores_for_all = next(c for c in range(max(1, cores), max(cores, top) + 1)
+                         if gpus * (per_job(c) + core_h_per_gpu_h) <= c)
     busy = max(1, min(gpus, int(cores / (held + core_h_per_gpu_h))))
     return {"at_once": min(gpus, cores // held), "busy": busy, "cores_for_all": cores_for_all}
 

@@ -287,3 +287,21 @@ def test_more_gpus_asked_than_shown_runs_on_those_shown_and_fewer_cores_say_so(t
                         env={**WITH_BIN, "CUDA_VISIBLE_DEVICES": "3,5", CPU_TORCH_VAR: "1"})
     assert "GPU jobs: at most 2 at once (gpu=2)" in default.stdout, default.stderr[-2000:]  # every GPU shown
     assert "8 cores keep all 2 GPU(s) busy" in default.stdout and "holds threads for" not in default.stdout
+
+
+def test_make_plan_plans_for_the_gpus_and_cores_a_run_here_would_use(tmp_path: Path) -> None:
+    """Three synthetic visible GPUs: the plan's schedule is for three, on the cores this process may
+    use; GPUS= and PLAN_CORES= still choose another machine."""
+    env = {**WITH_BIN, "CUDA_VISIBLE_DEVICES": "0,1,2", CPU_TORCH_VAR: "1"}
+    proc = subprocess.run([sys.executable, "-m", "splade_rescale.cli", "plan", "--configfile", "config/demo.yaml",
+                           "--out", str(tmp_path / "plan.md")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cores = len(os.sched_getaffinity(0))
+    assert f"planned for 3 GPU(s) and {cores} cores: this machine shows 3" in proc.stderr
+    assert f"## Schedule on {cores} cores and 3 GPU(s)" in proc.stdout
+    make = subprocess.run(["make", "-n", "plan", "GPUS=8", "PLAN_CORES=64"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert "--cores 64 --gpus 8" in make.stdout, make.stdout
+    plain = subprocess.run(["make", "-n", "plan"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "splade-rescale plan" in plain.stdout and "--gpus" not in plain.stdout and "--cores" not in plain.stdout
