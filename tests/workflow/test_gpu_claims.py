@@ -305,3 +305,20 @@ def test_make_plan_plans_for_the_gpus_and_cores_a_run_here_would_use(tmp_path: P
     assert "--cores 64 --gpus 8" in make.stdout, make.stdout
     plain = subprocess.run(["make", "-n", "plan"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "splade-rescale plan" in plain.stdout and "--gpus" not in plain.stdout and "--cores" not in plain.stdout
+
+
+def test_the_docs_give_the_users_command_and_what_a_crash_a_container_and_a_cluster_need() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Running the paper's experiment"):readme.index("## Configuring")]
+    commands = [line.split("#")[0].strip() for line in section.splitlines() if line.startswith("snakemake ")]
+    assert commands == ["snakemake --cores 8 all"]
+    assert "--rerun-incomplete" in section and "--unlock" in section and "--cores 64" in section
+    paper = (REPO / "docs/experiments-paper.md").read_text()
+    container = paper[paper.index("## In a container"):]
+    for needed in ("--gpus", "results/", ".snakemake/", "HF_HOME", "IR_DATASETS_HOME"):
+        assert needed in container, needed
+    crash = paper[paper.index("## After a crash or a kill"):paper.index("## In a container")]
+    assert "--rerun-incomplete" in crash and "--unlock" in crash and "kept" in crash
+    slurm = (REPO / "docs/slurm.md").read_text()
+    first_submit = slurm.index("**Before the first submit**")
+    assert first_submit < slurm.index("## ") and "fetch_backbone" in slurm[first_submit:slurm.index("## ")]

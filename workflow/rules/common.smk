@@ -205,10 +205,11 @@ if LOCAL_GPUS:
                 + (f", each on GPUs of its own of {','.join(POOL)}" if POOL_VAR in os.environ else "")
                 + f"; threads on {CORES} cores: train {THREADS['train']}, encode {THREADS['encode']}, "
                 f"index and search {THREADS['lucene']}")
-    try:  # the bill's index and search core-hours per GPU-hour (make plan); a config it cannot price: no line
+    try:  # the bill's index and search core-hours per GPU-hour (make plan)
         _totals = build_plan(config, load_throughputs())["totals"]
         _ratio = (_totals["index_core_h"] + _totals["retrieve_core_h"]) / (_totals["train_gpu_h"] + _totals["encode_gpu_h"])
-    except (ConfigError, OSError, ZeroDivisionError):
+    except Exception as exc:  # advice only: a config the bill cannot price gets no line, and still runs
+        logger.debug(f"no estimate of the cores the GPUs need: {exc}")
         _ratio = None
     _fed = gpus_fed(config, CORES, LOCAL_GPUS, _ratio or 0.0)
     if _fed["at_once"] < LOCAL_GPUS:
