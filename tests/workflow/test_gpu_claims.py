@@ -3,8 +3,9 @@
 The workflow test runs real train and encode jobs of tiny models with four device ids made
 visible (CUDA_VISIBLE_DEVICES=0,1,2,3) and ``--resources gpu=4``. The ids are synthetic: this
 machine has no GPU and torch no CUDA, so the jobs claim the ids as on a GPU machine and then run
-on the CPU, which the test allows explicitly (SPLADE_RESCALE_ALLOW_CPU_TORCH). Each job's first
-log line names the ids it was given and its pid: what the assertions read.
+on the CPU, which the test allows explicitly (SPLADE_RESCALE_ALLOW_CPU_TORCH). Each job's log names
+the CUDA_VISIBLE_DEVICES the job itself sees (in a DDP training, each rank) and its pid: what the
+assertions read, so a claim that never reached the job's environment fails them.
 """
 
 from __future__ import annotations
