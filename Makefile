@@ -89,7 +89,8 @@ dryrun: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake all -n --cores 8
 
 # The paper run's bill before it starts, and its schedule on this machine (results/<experiment>/plan.md and
-# plan.json; docs/costs.md): CONFIG=, PLAN_CORES= (default all), GPUS= (default 1), THROUGHPUTS=your.json.
+# plan.json; docs/costs.md): the cores and GPUs a run here would use (detected), or another machine's with
+# PLAN_CORES= and GPUS=; CONFIG=, THROUGHPUTS=your.json.
 plan: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
 		$(if $(PLAN_CORES),--cores $(PLAN_CORES)) $(if $(GPUS),--gpus $(GPUS)) $(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))

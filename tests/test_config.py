@@ -99,14 +99,29 @@ def test_an_experiment_cannot_be_named_like_a_results_folder():
 
 
 def test_visible_device_ids_as_cuda_reads_them(tmp_path):
-    for name in ("nvidia0", "nvidia10", "nvidia2", "nvidiactl", "nvidia-uvm"):
+    # synthetic /dev folders: a container given the host's GPUs 2 and 5 keeps /dev/nvidia2 and
+    # /dev/nvidia5, and CUDA calls them 0 and 1 (CUDA_VISIBLE_DEVICES=2 there finds no GPU)
+    for name in ("nvidia2", "nvidia5", "nvidiactl", "nvidia-uvm"):
         (tmp_path / name).touch()
-    assert visible_device_ids({}, tmp_path) == ["0", "2", "10"]  # device files, in number order
+    assert visible_device_ids({}, tmp_path) == ["0", "1"]
+    (tmp_path / "nvidia10").touch()
+    assert visible_device_ids({}, tmp_path) == ["0", "1", "2"]
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "3, 1"}, tmp_path) == ["3", "1"]  # the variable wins
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "2,-1,3"}, tmp_path) == ["2"]  # -1 hides the rest
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": ""}, tmp_path) == []
     gpu_uuid = "GPU-8f6e1c2a-0000-1111-2222-333344445555"
     assert visible_device_ids({"CUDA_VISIBLE_DEVICES": gpu_uuid}, tmp_path) == [gpu_uuid]
+
+
+def test_wsl2_without_device_files_is_one_gpu_not_none(tmp_path):
+    # synthetic WSL2: /dev/dxg and NVIDIA's driver in /usr/lib/wsl/lib, no /dev/nvidiaN
+    dev, driver = tmp_path / "dev", tmp_path / "libcuda.so"
+    dev.mkdir()
+    (dev / "dxg").touch()
+    assert visible_device_ids({}, dev, driver) == []  # dxg without NVIDIA's driver: not a CUDA GPU
+    driver.touch()
+    assert visible_device_ids({}, dev, driver) == ["0"]  # one pool id: GPU jobs one at a time on GPU 0
+    assert visible_device_ids({"CUDA_VISIBLE_DEVICES": "0,1"}, dev, driver) == ["0", "1"]
 
 
 def test_torch_build_is_read_without_importing_torch():
@@ -120,3 +135,20 @@ def test_torch_build_is_read_without_importing_torch():
 
     assert out == [torch.__version__, str(torch.version.cuda), "False"]
     assert torch_build() == {"version": torch.__version__, "cuda": torch.version.cuda}
+
+
+def test_the_cores_that_feed_the_gpus_of_the_paper_run():
+    """8 cores hold a thread for each of 8 GPU jobs, but the indexes and searches each GPU-hour leaves
+    (the bill's ratio) keep only about half the GPUs busy: the run's first lines say so and name the
+    --cores that feeds all 8."""
+    from splade_rescale.config import gpus_fed
+    from splade_rescale.costs.plan import build_plan, load_throughputs
+    config = load_config(REPO / "config/config.yaml")
+    totals = build_plan(config, load_throughputs())["totals"]
+    ratio = (totals["index_core_h"] + totals["retrieve_core_h"]) / (totals["train_gpu_h"] + totals["encode_gpu_h"])
+    eight = gpus_fed(config, 8, 8, ratio)
+    assert eight["at_once"] == 8 and eight["busy"] < 8 and 8 < eight["cores_for_all"] <= 64
+    assert gpus_fed(config, eight["cores_for_all"], 8, ratio)["busy"] == 8
+    assert gpus_fed(config, 64, 8, ratio) == {"at_once": 8, "busy": 8, "cores_for_all": 64}
+    assert gpus_fed(config, 8, 1, ratio) == {"at_once": 1, "busy": 1, "cores_for_all": 8}
+    assert gpus_fed(config, 4, 8, ratio)["at_once"] == 4  # fewer cores than GPUs: one thread per GPU job

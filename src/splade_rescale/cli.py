@@ -149,9 +149,9 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--prepared", type=Path, help="the examples this recipe reads, from prepare-training-data"),
     p.add_argument("--runtime", type=lambda text: json_arg(text) if text else {}, default={},
                    help='settings that do not change the run: {"training_cadence": {RUN: {log_every, ...}}}, as JSON'),
-    # not --run: torchrun, which gets this command line, takes that for an abbreviation of its --run-path
+    # not --run: DDP's launcher, which gets this command line, takes that for an abbreviation of its --run-path
     p.add_argument("--run-key", help="BACKBONE/RUN: the key of this run's cadence in --runtime"),
-    p.add_argument("--gpus", type=int, default=0, help=f"{GPUS_HELP}; more than 1 starts it under torchrun (DDP)"),
+    p.add_argument("--gpus", type=int, default=0, help=f"{GPUS_HELP}; more than 1 starts it under DDP's launcher"),
     p.add_argument("--device", default="auto"),
     p.add_argument("--threads", type=int),
     p.add_argument("--checkpoints", required=True, type=Path),
@@ -163,13 +163,13 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
 def train_cmd(args: argparse.Namespace) -> None:
     """Train SPLADE; resumes from this run's last checkpoint; a non-finite stop is recorded, not raised."""
     import os
-    import shutil
 
-    from splade_rescale.gpus import claim_for_job
+    from splade_rescale.gpus import claim_for_job, die_with_parent, exec_ranks
+    if "LOCAL_RANK" in os.environ:
+        die_with_parent()
     claim_for_job(args.gpus, f"train {args.run_key}")
     if args.gpus > 1 and "LOCAL_RANK" not in os.environ:  # one process per GPU, this same command in each
-        os.execvp("torchrun", ["torchrun", "--standalone", f"--nproc-per-node={args.gpus}",
-                               shutil.which("splade-rescale") or sys.argv[0], *sys.argv[1:]])
+        exec_ranks(args.gpus, ["-m", "splade_rescale.cli", *sys.argv[1:]])
     from splade_rescale.rule_params import RECIPE_CADENCE
     from splade_rescale.training.train import run_training
     set_threads(args.threads)
@@ -528,14 +528,21 @@ def expected_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
     p.add_argument("--throughputs", type=Path, default=None, help="per-unit figures (default config/throughputs.json)"),
     p.add_argument("--out", type=Path, help="default results/{experiment}/plan.md (and plan.json)"),
-    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores of the machine (snakemake --cores)"),
-    p.add_argument("--gpus", type=int, default=1, help="GPUs of the machine (snakemake --resources gpu=N)"),
+    p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
+                   help="snakemake --cores (default: the cores this process may use, as a container's cpuset shows)"),
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the run uses (--resources gpu=N; default: those the workflow would see here, else 1)"),
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts (jobs, GPU- and core-hours, disk, memory) and its schedule."""
-    from splade_rescale.config import load_config
+    from splade_rescale.config import load_config, visible_device_ids
     from splade_rescale.costs.schedule import plan_run
     out = args.out or Path("results") / load_config(args.configfile)["experiment"] / "plan.md"
+    if args.gpus is None:
+        shown = len(visible_device_ids())
+        args.gpus = shown or 1
+        log.info("planned for %d GPU(s) and %d cores: %s (GPUS= and PLAN_CORES= plan for another machine)",
+                 args.gpus, args.cores, f"this machine shows {shown}" if shown else "this machine shows none")
     print(plan_run(args.configfile, args.throughputs, args.cores, args.gpus, out)[1])
 
 

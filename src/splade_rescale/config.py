@@ -268,10 +268,51 @@ def local_threads(config: dict[str, Any], cores: int, gpus: int) -> dict[str, in
             "lucene": max(1, min(lucene, cores - per_gpu_job * gpus))}
 
 
-def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> list[str]:
-    """The NVIDIA GPUs this process may use, without importing torch: CUDA_VISIBLE_DEVICES's entries
-    where set (up to a "-1", which hides the rest, as CUDA reads it), else one id per /dev/nvidiaN."""
+def gpus_fed(config: dict[str, Any], cores: int, gpus: int, core_h_per_gpu_h: float) -> dict[str, int]:
+    """What ``cores`` give ``gpus`` GPUs on one machine: GPU jobs that can hold their threads at once
+    (``at_once``), GPUs the cores keep busy (``busy``) and the fewest ``--cores`` that keep all busy
+    (``cores_for_all``).
+
+    Why: each GPU job holds its threads (:func:`local_threads`), and every GPU-hour leaves the index
+    and search jobs ``core_h_per_gpu_h`` core-hours (the bill's ratio, ``make plan``). Cores short of
+    a GPU's thread plus its share of that idle the GPUs, which a run would otherwise not say.
+    """
+    def per_job(c: int) -> int:  # threads a GPU job holds at --cores c
+        threads = local_threads(config, c, gpus)
+        return min(threads["train"], threads["encode"])
+
+    held = per_job(cores)
+    top = gpus * (int(config["training"]["threads"]) + int(config["encoding"]["threads"]) + math.ceil(core_h_per_gpu_h))
+    cores_for_all = next(c for c in range(max(1, cores), max(cores, top) + 1)
+                         if gpus * (per_job(c) + core_h_per_gpu_h) <= c)
+    busy = max(1, min(gpus, int(cores / (held + core_h_per_gpu_h))))
+    return {"at_once": min(gpus, cores // held), "busy": busy, "cores_for_all": cores_for_all}
+
+
+WSL_DRIVER = Path("/usr/lib/wsl/lib/libcuda.so")  # NVIDIA's CUDA driver as WSL2 mounts it
+
+
+def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev"),
+                       wsl_driver: Path = WSL_DRIVER) -> list[str]:
+    """The NVIDIA GPUs this process may use, as ids CUDA accepts in CUDA_VISIBLE_DEVICES, without
+    importing torch: the variable's entries where set (ordinals or UUIDs, up to a "-1", which hides
+    the rest, as CUDA reads it); else CUDA's ordinals 0..n-1 of the n /dev/nvidiaN files.
+
+    Why the count and not the N: a container (``docker run --gpus '"device=2,5"'``, Kubernetes) keeps
+    the host's numbers, /dev/nvidia2 and /dev/nvidia5, while CUDA calls those GPUs 0 and 1. The device
+    files are what the container runtime hands over, so their count is what CUDA enumerates; reading
+    them needs no torch import (seconds), no NVML and no ``nvidia-smi`` (absent from many images).
+    WSL2 shows no /dev/nvidiaN: its GPUs come through /dev/dxg, with NVIDIA's driver in
+    /usr/lib/wsl/lib; CUDA's first GPU (ordinal 0) is then the pool, unless CUDA_VISIBLE_DEVICES names more."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",")]
         return [d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d]
-    return sorted((p.name[len("nvidia"):] for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)), key=int)
+    count = sum(1 for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
+    if not count and wsl_gpu(dev, wsl_driver):
+        count = 1
+    return [str(i) for i in range(count)]
+
+
+def wsl_gpu(dev: Path = Path("/dev"), driver: Path = WSL_DRIVER) -> bool:
+    """Whether this is WSL2 with NVIDIA's driver: GPUs behind /dev/dxg, no /dev/nvidiaN to count."""
+    return (dev / "dxg").exists() and driver.exists()

@@ -7,21 +7,25 @@ A run on one machine lets ``--resources gpu=N`` GPU jobs start at once; this is 
 them its own devices. The workflow hands its jobs the pool of device ids it saw at start
 (:data:`POOL_VAR`). A job asking for g GPUs takes g ids of the pool that no running job holds, each
 by an exclusive ``flock`` on a lock file per id, and sets ``CUDA_VISIBLE_DEVICES`` to them before
-torch starts. The locks belong to the job's process (kept across ``exec``, so a torchrun that
-replaces it holds them), and the kernel drops them when it ends, however it ends (SIGKILL
-included): no claim outlives its job, so none blocks the next job or the next run.
+torch starts. The locks belong to the job's process (kept across ``exec``, so the DDP launcher
+that replaces it holds them), and the kernel drops them when it ends, however it ends (SIGKILL
+included): no claim outlives its job, so none blocks the next job or the next run. A DDP rank dies
+with its launcher (:func:`die_with_parent`), so no rank goes on using GPUs whose claim is gone.
 """
 
 from __future__ import annotations
 
 import ast
+import ctypes
 import fcntl
 import importlib.util
 import json
 import logging
 import os
+import signal
+import sys
 import time
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,8 @@ POOL_VAR = "SPLADE_RESCALE_GPU_POOL"
 # there (the silent-CPU trap of a CPU install on a GPU machine); the tests set it to run the device
 # claims of a GPU machine on a CPU torch.
 CPU_TORCH_VAR = "SPLADE_RESCALE_ALLOW_CPU_TORCH"
+# the pid of a DDP launcher, for its ranks: a rank whose parent is no longer it stops at once
+LAUNCHER_VAR = "SPLADE_RESCALE_DDP_LAUNCHER"
 
 
 def torch_build() -> dict[str, str | None]:
@@ -111,6 +117,49 @@ def claim_for_job(gpus: int, job: str, environ: MutableMapping[str, str] = os.en
     pool = json.loads(spec)
     ids = claim(pool["ids"], gpus, Path(pool["claims"]), f"pid {os.getpid()}: {job}")
     environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
-    log.info("devices: CUDA_VISIBLE_DEVICES=%s (pid %d; %d of the run's GPUs %s)", ",".join(ids), os.getpid(),
-             gpus, ",".join(pool["ids"]))
+    log.info("claimed GPU(s) %s (pid %d; %d of the run's GPUs %s)", ",".join(ids), os.getpid(), gpus,
+             ",".join(pool["ids"]))
     return ids
+
+
+def handed_ids(environ: Mapping[str, str] = os.environ) -> str:
+    """The GPU ids CUDA_VISIBLE_DEVICES hands this process ("" where unset, empty or hiding all)."""
+    ids = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    return ",".join(d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d)
+
+
+def check_devices(cuda_devices: int, torch_version: str, refuse_cpu: bool = True,
+                  environ: Mapping[str, str] = os.environ) -> None:
+    """Log the devices this process sees (CUDA_VISIBLE_DEVICES as it reads it, not as a claim meant it),
+    and stop a process handed GPU ids that finds no CUDA device: it would run on the CPU, 10 to 100
+    times slower, without a word (``refuse_cpu``: the device is ``auto``; ``device: cpu`` or
+    :data:`CPU_TORCH_VAR` runs it there)."""
+    ids = handed_ids(environ)
+    log.info("devices: CUDA_VISIBLE_DEVICES=%s (pid %d; torch sees %d CUDA device(s))",
+             environ.get("CUDA_VISIBLE_DEVICES", "(unset)").replace(" ", "") or "(empty)", os.getpid(), cuda_devices)
+    if refuse_cpu and ids and not cuda_devices and environ.get(CPU_TORCH_VAR) != "1":
+        raise RuntimeError(f"CUDA_VISIBLE_DEVICES={ids} hands this job GPU(s), but torch {torch_version} finds no "
+                           "CUDA device: give ids CUDA knows (0..n-1 of `nvidia-smi -L`, or GPU UUIDs), a CUDA "
+                           "torch (`make install TORCH=cuda`) and, in a container, --gpus; or set `device: cpu` "
+                           "in the config to run on the CPU")
+
+
+def exec_ranks(count: int, args: Sequence[str]) -> None:
+    """Replace this process (and its claim's locks with it) by DDP's launcher running ``count`` ranks of
+    ``python args``: this Python's ``-m torch.distributed.run``, the torch of this install, not whatever
+    ``torchrun`` is first on PATH."""
+    os.environ[LAUNCHER_VAR] = str(os.getpid())  # the launcher keeps this pid across the exec
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              f"--nproc-per-node={count}", *args])
+
+
+def die_with_parent() -> None:
+    """In a DDP rank: get SIGKILL when the launcher ends (Linux PR_SET_PDEATHSIG), however it ends.
+    A SIGKILLed launcher cannot stop its ranks, and its claim ends with it: a rank left running would
+    share its GPUs with the next job given them."""
+    launcher = os.environ.get(LAUNCHER_VAR)
+    if not sys.platform.startswith("linux") or not launcher:
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != int(launcher):  # the launcher ended before the prctl
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -27,9 +27,9 @@ def _bash_lines(page: str) -> list[list[str]]:
 def test_the_docs_give_snakemake_commands_and_the_data_step() -> None:
     commands = [words for page in PAGES for words in _bash_lines(page) if words[0] == "snakemake"]
     assert len(commands) >= 8, commands
-    assert ["snakemake", "data", "--cores", "16"] in commands
+    assert ["snakemake", "data", "--cores", "8"] in commands
     cores = {words[words.index("--cores") + 1] for words in commands if "--cores" in words}
-    assert cores == {"16"}, cores  # one core count throughout (a GPU's 4 threads and Lucene's 12)
+    assert cores == {"8"}, cores  # one core count throughout: the paper's command, snakemake --cores 8 all
 
 
 def test_every_snakemake_command_of_the_docs_dry_runs(tmp_path: Path) -> None:

@@ -3,12 +3,14 @@
 The workflow test runs real train and encode jobs of tiny models with four device ids made
 visible (CUDA_VISIBLE_DEVICES=0,1,2,3) and ``--resources gpu=4``. The ids are synthetic: this
 machine has no GPU and torch no CUDA, so the jobs claim the ids as on a GPU machine and then run
-on the CPU, which the test allows explicitly (SPLADE_RESCALE_ALLOW_CPU_TORCH). Each job's first
-log line names the ids it was given and its pid: what the assertions read.
+on the CPU, which the test allows explicitly (SPLADE_RESCALE_ALLOW_CPU_TORCH). Each job's log names
+the CUDA_VISIBLE_DEVICES the job itself sees (in a DDP training, each rank) and its pid: what the
+assertions read, so a claim that never reached the job's environment fails them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -62,6 +64,88 @@ def test_a_claim_takes_free_ids_only_and_a_killed_holder_frees_them(tmp_path: Pa
                                                                       if k != "SPLADE_RESCALE_GPU_POOL"},
                            capture_output=True, text=True, timeout=60)
     assert plain.stdout.strip() == "[]"  # no pool (a cluster job): nothing claimed, nothing set
+
+
+def test_a_job_handed_gpu_ids_without_a_cuda_device_stops_in_one_line(monkeypatch, caplog) -> None:
+    """This machine's torch has no CUDA device: what a job given ids CUDA does not know (a container's
+    /dev numbers) or a CPU torch on a GPU machine meets. ``device: auto`` stops there, ``cpu`` does not."""
+    import torch
+
+    from splade_rescale.model.splade import resolve_device
+    monkeypatch.delenv(CPU_TORCH_VAR, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    with caplog.at_level("INFO", logger="splade_rescale.gpus"), pytest.raises(RuntimeError) as stop:
+        resolve_device("auto")
+    message = str(stop.value)
+    assert "\n" not in message and message.startswith("CUDA_VISIBLE_DEVICES=2,5 hands this job GPU(s), but torch")
+    assert "nvidia-smi -L" in message and "make install TORCH=cuda" in message and "device: cpu" in message
+    assert f"devices: CUDA_VISIBLE_DEVICES=2,5 (pid {os.getpid()}; torch sees 0 CUDA device(s))" in caplog.text
+    assert resolve_device("cpu") == torch.device("cpu")  # the config's device: cpu runs there
+    monkeypatch.setenv(CPU_TORCH_VAR, "1")  # the tests' explicit escape hatch
+    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.delenv(CPU_TORCH_VAR)
+    for hidden in ("", "-1"):  # no GPU handed over: the CPU is what was asked for
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert resolve_device("auto") == torch.device("cpu")
+
+
+RANK = """import os, time
+from splade_rescale.gpus import die_with_parent
+die_with_parent()
+print(os.environ["LOCAL_RANK"], os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] not in "ZX"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_the_ddp_launcher_keeps_the_claim_and_its_ranks_die_with_it(tmp_path: Path) -> None:
+    """The claim's locks outlive the exec into the launcher, which is this Python's torch.distributed.run
+    (a `torchrun` first on PATH is not run), and SIGKILLing the launcher ends its ranks (real
+    torch.distributed.run on the CPU; the ids 0 and 1 are synthetic)."""
+    from splade_rescale.gpus import holders
+    (tmp_path / "rank.py").write_text(RANK)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text("#!/bin/sh\necho 'the torchrun on PATH ran' >&2; exit 99\n")
+    (fake / "torchrun").chmod(0o755)
+    pool = f'{{"ids": ["0", "1"], "claims": "{tmp_path / "claims"}"}}'
+    code = ("import logging; from splade_rescale.gpus import claim_for_job, exec_ranks; logging.basicConfig(level=20);"
+            f"claim_for_job(2, 'ddp test'); exec_ranks(2, [{str(tmp_path / 'rank.py')!r}])")
+    launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "SPLADE_RESCALE_GPU_POOL": pool,
+                                                "PATH": f"{fake}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"})
+    ranks: dict[str, int] = {}
+    try:
+        for _ in range(2):
+            line = launcher.stdout.readline().split()
+            assert len(line) == 3, (line, launcher.stderr.read() if launcher.poll() is not None else "")
+            ranks[line[0]] = int(line[1])
+            assert line[2] == "0,1"  # each rank sees the launcher's claim
+        cmdline = Path(f"/proc/{launcher.pid}/cmdline").read_text().split("\0")
+        assert cmdline[:3] == [sys.executable, "-m", "torch.distributed.run"], cmdline
+        # the exec'd launcher, same pid, still holds both ids: a claim by anyone else waits
+        assert holders(["0", "1"], tmp_path / "claims") == {d: f"pid {launcher.pid}: ddp test" for d in "01"}
+        probe = _holder(pool, 1, 0)
+        time.sleep(2.0)
+        assert probe.poll() is None  # waiting: both ids are the launcher's
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        assert probe.communicate(timeout=60)[0].strip() == "0"  # the kernel dropped the launcher's locks
+        end = time.monotonic() + 30
+        while any(map(_alive, ranks.values())) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(map(_alive, ranks.values())), ranks  # no rank outlived its launcher
+    finally:
+        launcher.kill()
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _config() -> dict:
@@ -191,12 +275,51 @@ def test_a_gpu_machine_with_a_cpu_torch_stops_before_any_job_unless_device_cpu(t
     assert proc.returncode == 0 and "GPUs: none" in proc.stdout, proc.stderr[-2000:]
 
 
-def test_more_gpus_asked_than_shown_runs_on_those_shown(tmp_path: Path) -> None:
-    env_proc = snakemake("all", "-n", "--cores", "8", "--configfile", "config/demo.yaml", "--resources", "gpu=8",
+def test_more_gpus_asked_than_shown_runs_on_those_shown_and_fewer_cores_say_so(tmp_path: Path) -> None:
+    env_proc = snakemake("all", "-n", "--cores", "1", "--configfile", "config/demo.yaml", "--resources", "gpu=8",
                          cwd=_linked(tmp_path), env={**WITH_BIN, "CUDA_VISIBLE_DEVICES": "3,5", CPU_TORCH_VAR: "1"})
     assert env_proc.returncode == 0, env_proc.stderr[-2000:]
     assert "--resources gpu=8, but this machine shows 2 GPU(s): GPU jobs run 2 at once" in env_proc.stdout
     assert "GPU jobs: at most 2 at once (gpu=2), each on GPUs of its own of 3,5" in env_proc.stdout
+    # one core, two GPUs: one GPU job holds the core, the other GPU idles, and the log says so
+    assert re.search(r"--cores 1 holds threads for at most 1 GPU job\(s\) at once \(each holds 1\), so 1 of the 2 "
+                     r"GPUs idle; --cores \d+ or more keeps all busy", env_proc.stdout), env_proc.stdout[:3000]
     default = snakemake("all", "-n", "--cores", "8", "--configfile", "config/demo.yaml", cwd=tmp_path,
                         env={**WITH_BIN, "CUDA_VISIBLE_DEVICES": "3,5", CPU_TORCH_VAR: "1"})
     assert "GPU jobs: at most 2 at once (gpu=2)" in default.stdout, default.stderr[-2000:]  # every GPU shown
+    assert "8 cores keep all 2 GPU(s) busy" in default.stdout and "holds threads for" not in default.stdout
+
+
+def test_make_plan_plans_for_the_gpus_and_cores_a_run_here_would_use(tmp_path: Path) -> None:
+    """Three synthetic visible GPUs: the plan's schedule is for three, on the cores this process may
+    use; GPUS= and PLAN_CORES= still choose another machine."""
+    env = {**WITH_BIN, "CUDA_VISIBLE_DEVICES": "0,1,2", CPU_TORCH_VAR: "1"}
+    proc = subprocess.run([sys.executable, "-m", "splade_rescale.cli", "plan", "--configfile", "config/demo.yaml",
+                           "--out", str(tmp_path / "plan.md")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cores = len(os.sched_getaffinity(0))
+    assert f"planned for 3 GPU(s) and {cores} cores: this machine shows 3" in proc.stderr
+    assert f"## Schedule on {cores} cores and 3 GPU(s)" in proc.stdout
+    make = subprocess.run(["make", "-n", "plan", "GPUS=8", "PLAN_CORES=64"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert "--cores 64 --gpus 8" in make.stdout, make.stdout
+    plain = subprocess.run(["make", "-n", "plan"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "splade-rescale plan" in plain.stdout and "--gpus" not in plain.stdout and "--cores" not in plain.stdout
+
+
+def test_the_docs_give_the_users_command_and_what_a_crash_a_container_and_a_cluster_need() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Running the paper's experiment"):readme.index("## Configuring")]
+    commands = [line.split("#")[0].strip() for line in section.splitlines() if line.startswith("snakemake ")]
+    assert commands == ["snakemake --cores 8 all"]
+    assert "--rerun-incomplete" in section and "--unlock" in section and "--cores 64" in section
+    paper = (REPO / "docs/experiments-paper.md").read_text()
+    container = paper[paper.index("## In a container"):]
+    for needed in ("--gpus", "results/", ".snakemake/", "HF_HOME", "IR_DATASETS_HOME"):
+        assert needed in container, needed
+    crash = paper[paper.index("## After a crash or a kill"):paper.index("## In a container")]
+    assert "--rerun-incomplete" in crash and "--unlock" in crash and "kept" in crash
+    slurm = (REPO / "docs/slurm.md").read_text()
+    first_submit = slurm.index("**Before the first submit**")
+    assert first_submit < slurm.index("## ") and "fetch_backbone" in slurm[first_submit:slurm.index("## ")]

@@ -63,4 +63,10 @@ def test_slurm_profile_dry_run_puts_training_on_the_gpu_partition():
     train = proc.stdout[proc.stdout.index("rule train:"):]
     resources = train[train.index("resources:"):].splitlines()[0]
     assert "slurm_partition=gpu" in resources and "gpu=1" in resources
+    assert re.search(r"\bnodes=1\b", resources)  # a train_gpus: N training's ranks share one node
+    # the impact index asks for the threads and memory its rule declares, not the profile's 16 and 64 GB
+    index = proc.stdout[proc.stdout.index("rule impact_index:"):]
+    index = index[:index.index("\n\n")]
+    threads = re.search(r"^    threads: (\d+)$", index, re.M)  # a dry run shows no line for one thread
+    assert (int(threads.group(1)) if threads else 1) == 1 and "mem_mb=64000" not in index, index
     assert "figures" in proc.stdout and "tables" in proc.stdout

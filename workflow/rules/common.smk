@@ -9,7 +9,9 @@ import yaml
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from splade_rescale.config import check_results_layout, gpus_per_job, local_threads, validate_config, visible_device_ids
+from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job, local_threads, validate_config,
+                                   visible_device_ids, wsl_gpu)
+from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
 from splade_rescale.costs.model_shapes import gpu_job_priorities
 from splade_rescale.data.corpora import corpora, dataset_files
@@ -169,6 +171,9 @@ if CORES and workflow.local_exec and not workflow.remote_exec:
     _cuda = f"CUDA {TORCH['cuda']}" if TORCH.get("cuda") else "no CUDA"
     logger.info(f"torch {TORCH.get('version')} ({_cuda}); GPUs: {','.join(DEVICE_IDS) or 'none'}"
                 + ("" if gpu_count() else " used (device: cpu)"))
+    if DEVICE_IDS and "CUDA_VISIBLE_DEVICES" not in os.environ and wsl_gpu():
+        logger.warning("WSL2 shows no /dev/nvidiaN to count GPUs by: GPU jobs run one at a time on CUDA's GPU 0; "
+                       "CUDA_VISIBLE_DEVICES=0,1 (the ids of `nvidia-smi -L`) runs one on each GPU named")
     if DEVICE_IDS:
         if not TORCH.get("cuda"):
             if os.environ.get(CPU_TORCH_VAR) != "1":
@@ -200,6 +205,22 @@ if LOCAL_GPUS:
                 + (f", each on GPUs of its own of {','.join(POOL)}" if POOL_VAR in os.environ else "")
                 + f"; threads on {CORES} cores: train {THREADS['train']}, encode {THREADS['encode']}, "
                 f"index and search {THREADS['lucene']}")
+    try:  # the bill's index and search core-hours per GPU-hour (make plan)
+        _totals = build_plan(config, load_throughputs())["totals"]
+        _ratio = (_totals["index_core_h"] + _totals["retrieve_core_h"]) / (_totals["train_gpu_h"] + _totals["encode_gpu_h"])
+    except Exception as exc:  # advice only: a config the bill cannot price gets no line, and still runs
+        logger.debug(f"no estimate of the cores the GPUs need: {exc}")
+        _ratio = None
+    _fed = gpus_fed(config, CORES, LOCAL_GPUS, _ratio or 0.0)
+    if _fed["at_once"] < LOCAL_GPUS:
+        logger.warning(f"--cores {CORES} holds threads for at most {_fed['at_once']} GPU job(s) at once (each holds "
+                       f"{min(THREADS['train'], THREADS['encode'])}), so {LOCAL_GPUS - _fed['at_once']} of the "
+                       f"{LOCAL_GPUS} GPUs idle; --cores {_fed['cores_for_all']} or more keeps all busy")
+    elif _ratio is not None:
+        logger.info(f"{CORES} cores keep " + (f"all {LOCAL_GPUS} GPU(s)" if _fed["busy"] == LOCAL_GPUS else
+                    f"about {_fed['busy']} of the {LOCAL_GPUS} GPUs") + f" busy (each GPU-hour leaves {_ratio:.2f} "
+                    f"core-hours of indexing and search)" + ("" if _fed["busy"] == LOCAL_GPUS else
+                    f"; --cores {_fed['cores_for_all']} keeps all busy (make plan times both)"))
 
 
 def train_gpus(backbone):

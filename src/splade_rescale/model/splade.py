@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from splade_rescale.gpus import check_devices
 from splade_rescale.model.fused_head import fused_splade_pool, naive_splade_pool
 from splade_rescale.model.heads import load_masked_lm, logit_shift, mlm_head
 from splade_rescale.model.sparse_rows import SparseRows, sparsify
@@ -42,8 +43,11 @@ def worth_compiling(device: torch.device, texts: int | None) -> bool:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``auto``/None -> CUDA when available, else CPU."""
-    if device is None or device == "auto":
+    """``auto``/None -> CUDA when available, else CPU, unless this process was handed GPU ids
+    (:func:`splade_rescale.gpus.check_devices` stops it then); logs the devices the process sees."""
+    auto = device is None or device == "auto"
+    check_devices(torch.cuda.device_count(), torch.__version__, refuse_cpu=auto)
+    if auto:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
