@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from splade_rescale.config import check_results_layout, gpus_per_job, local_threads, validate_config, visible_device_ids
 from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
-from splade_rescale.costs.model_shapes import gpu_job_priorities
+from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities
 from splade_rescale.data.corpora import corpora, dataset_files
 from splade_rescale.errors import ConfigError
 from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
@@ -32,6 +32,10 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
+try:
+    check_architectures(config)  # from each model's config.json, so never after a download
+except ConfigError as exc:
+    raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 # Every output of a config lands under results/{experiment}/: demo, miniature and paper
 # runs share one checkout without touching each other's files.
 RESULTS = f"results/{config['experiment']}"
