@@ -1,10 +1,8 @@
 """The masked-LM head of any ``AutoModelForMaskedLM``, found one way.
 
-SPLADE reads its term weights straight from the MLM logits, so every stage (norms, rescaling,
-training, encoding) needs the decoder (the vocabulary projection: ``get_output_embeddings()``)
-and its input (the hidden states after the head's transform). The input is taken by a pre-hook
-on the decoder that stops the model's own forward there: no attribute names, and the B x L x V
-logits are never computed. What differs between architectures is kept in two small tables.
+SPLADE reads its term weights from the MLM logits, so every stage needs the decoder (the vocabulary
+projection, ``get_output_embeddings()``) and its input (the transformed hidden states), taken by a
+pre-hook on the decoder that stops the model's own forward there: no attribute names, no B x L x V logits.
 """
 
 from __future__ import annotations
@@ -73,20 +71,9 @@ class MlmHead:
         return self.decoder.weight.data_ptr() == self.input_embeddings.weight.data_ptr()
 
     def transform(self) -> list[nn.Module]:
-        """The modules the head runs between the backbone's output and the decoder, in order (none for a
-        head without a transform); found by running one short input."""
-        ran: list[nn.Module] = []
-        hooks = [m.register_forward_hook(lambda m, a, o: ran.append(m)) for m in self.model.modules()]
-        ids = torch.arange(1, 4, device=self.decoder.weight.device).unsqueeze(0)
-        try:
-            with torch.no_grad():
-                self.hidden_states(ids, None)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        after = ran[ran.index(self.encoder) + 1:] if self.encoder in ran else ran
-        inside = {id(m) for m in self.encoder.modules()}
-        return [m for m in after if id(m) not in inside and not any(True for _ in m.children())]
+        """The head's own layers, the backbone's output to the decoder's input (none: a head without one)."""
+        outside = {id(m) for m in (*self.encoder.modules(), self.decoder)}
+        return [m for m in self.model.modules() if id(m) not in outside and next(m.children(), None) is None]
 
 
 def mlm_head(model: PreTrainedModel) -> MlmHead:
@@ -100,12 +87,8 @@ def mlm_head(model: PreTrainedModel) -> MlmHead:
 
 
 def load_masked_lm(folder: str | Path) -> tuple[PreTrainedModel, list[str]]:
-    """Load a masked-LM checkpoint with fp32 weights; return it with the parameter names it lacked.
-
-    transformers 5 loads with ``dtype="auto"``: a checkpoint published in bf16 would come in,
-    and train, with bf16 master weights. Every stage loads through here so that weights are
-    fp32 whatever the checkpoint's dtype; bf16 comes only from autocast.
-    """
+    """Load a masked-LM checkpoint with fp32 weights (whatever its dtype: transformers 5 loads with
+    ``dtype="auto"``, and bf16 master weights would train); return it with the parameter names it lacked."""
     model, info = AutoModelForMaskedLM.from_pretrained(str(folder), dtype=torch.float32, output_loading_info=True)
     return model, sorted(info.get("missing_keys", []))
 
@@ -131,22 +114,16 @@ def untie_decoder(model: PreTrainedModel) -> None:
     if head.is_tied():
         head.decoder.weight = nn.Parameter(head.decoder.weight.detach().clone())
     if head.decoder.bias is not None:
-        # Untied, transformers no longer re-links a bias kept apart (BERT's, RoBERTa's) to the decoder's
-        # on load, and save_pretrained keeps only one of two shared tensors: the decoder bias would be
-        # silently re-initialised. Two separate tensors with equal values both survive.
+        # Untied, a bias kept apart (BERT's, RoBERTa's) is no longer re-linked on load and save_pretrained
+        # keeps one of two shared tensors: two separate tensors with equal values both survive.
         head.decoder.bias = nn.Parameter(head.decoder.bias.detach().clone())
-    model.config.tie_word_embeddings = False
-    if hasattr(model.config, "get_text_config"):
-        model.config.get_text_config().tie_word_embeddings = False
+    model.config.tie_word_embeddings = model.config.get_text_config().tie_word_embeddings = False
 
 
 def scale_head(model: PreTrainedModel, factor: float) -> None:
-    """Multiply the MLM-head projection (decoder weight and bias) by ``factor`` in place.
-
-    Scaling weight and bias together makes every logit exactly ``factor`` times the original
-    one; each distinct bias tensor is scaled once. Factor 1 leaves the model as it is (still
-    tied), so a baseline trains exactly as the standard recipe does.
-    """
+    """Multiply the decoder weight and each distinct bias tensor by ``factor`` in place: every logit is
+    exactly ``factor`` times the original one. Factor 1 leaves the model as it is (still tied), so a
+    baseline trains exactly as the standard recipe does."""
     if not factor > 0:
         raise ValueError(f"head scale factor must be > 0, got {factor}")
     if factor == 1.0:
@@ -158,13 +135,10 @@ def scale_head(model: PreTrainedModel, factor: float) -> None:
 
 
 def init_identity_transform(model: PreTrainedModel, decoder_bias: float) -> None:
-    """Initialise a head transform that the checkpoint lacks as identity, with a constant bias.
-
-    all-MiniLM-L6-v2 ships only the (tied) decoder. Identity dense, LayerNorm weight 1 and
-    bias 0, and a negative decoder bias make its SPLADE vectors lexical at initialisation
-    (a random transform gives ~28k non-zeros of unrelated terms). This is a documented
-    choice of ours, not pretrained weights.
-    """
+    """Initialise a head transform that the checkpoint lacks (all-MiniLM-L6-v2 ships only the tied decoder)
+    as identity (linear = I, norm weight 1, biases 0) with a constant decoder bias: a negative one makes the
+    vectors lexical at initialisation, where a random transform gives ~28k non-zeros of unrelated terms.
+    A documented choice of ours, not pretrained weights."""
     with torch.no_grad():
         for module in mlm_head(model).transform():
             weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
@@ -198,13 +172,10 @@ def set_logit_shift(model: PreTrainedModel, shift: float) -> None:
 
 
 def fold_logit_shift(model: PreTrainedModel) -> float:
-    """Move the activation shift into the decoder bias, in place; return it.
-
-    ``log1p(relu(Wh + b - s))`` is ``log1p(relu(Wh + (b - s)))``: a model whose bias carries the
-    shift gives the same vectors in any SPLADE implementation (sentence-transformers'
-    SpladePooling knows no shift). A head without a bias (ModernBERT's ``decoder_bias: false``)
-    gets one, and its config says so, so that it loads with it.
-    """
+    """Move the activation shift into the decoder bias, in place; return it. ``log1p(relu(Wh + b - s))`` is
+    ``log1p(relu(Wh + (b - s)))``, so the model gives the same vectors in any SPLADE implementation
+    (sentence-transformers' knows no shift). A head without a bias (ModernBERT's ``decoder_bias: false``)
+    gets one, and its config (BIAS_CONFIG_KEYS) says so, so that it loads with it."""
     shift = logit_shift(model)
     if not shift:
         return 0.0
