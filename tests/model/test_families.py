@@ -17,7 +17,8 @@ from sentence_transformers import SparseEncoder
 from transformers import AutoConfig, AutoModelForMaskedLM, BertTokenizerFast, PreTrainedModel
 
 from conftest import TRIPLES
-from splade_rescale.model.heads import load_masked_lm, mlm_head, scale_head
+from splade_rescale.backbones.sources import fetch_backbone
+from splade_rescale.model.heads import decoder_biases, load_masked_lm, mlm_head, scale_head
 from splade_rescale.model.splade import SpladeEncoder
 from splade_rescale.training.recipes import resolve_recipe
 from splade_rescale.training.train import run_training
@@ -117,3 +118,20 @@ def test_training_step_and_sentence_transformers_export(family: str, tokenizer: 
     theirs = st_model.encode(TEXTS, convert_to_tensor=True, convert_to_sparse_tensor=False).cpu()
     assert (ours > 0).sum() > 0
     torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+
+
+def test_a_checkpoint_saved_without_its_head_is_noted_and_head_init_applies(tokenizer: BertTokenizerFast,
+                                                                            tmp_path: Path) -> None:
+    """A RoBERTa saved from AutoModel (an embedding export): its missing head is named, and ``head_init``
+    sets the transform to identity and every decoder bias tensor to the constant, by the generic head."""
+    tiny("roberta", tokenizer).base_model.save_pretrained(tmp_path / "encoder")
+    tokenizer.save_pretrained(tmp_path / "encoder")
+    spec = {"source": "local", "path": str(tmp_path / "encoder"),
+            "head_init": {"transform": "identity", "decoder_bias": -4.0}}
+    manifest = fetch_backbone("encoder-only", spec, tmp_path / "out")
+    assert "lm_head.dense.weight" in manifest["missing_keys"]
+    assert any("identity" in note and "lm_head.dense.weight" in note for note in manifest["notes"])
+    fetched, _ = load_masked_lm(tmp_path / "out" / "model")
+    dense, norm = mlm_head(fetched).transform()
+    assert torch.equal(dense.weight, torch.eye(32)) and torch.equal(norm.weight, torch.ones(32))
+    assert all(torch.equal(b, torch.full_like(b, -4.0)) for b in decoder_biases(fetched))
