@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, DistilBertConfig, DistilBertForMaskedLM
+from transformers import AutoModelForMaskedLM, DebertaV2Config, DebertaV2ForMaskedLM
 
 from conftest import tiny_bert, tiny_modernbert
 from splade_rescale.model.heads import UnsupportedArchitectureError, mlm_head, scale_head
@@ -81,10 +81,13 @@ def test_factor_must_be_positive():
         scale_head(tiny_bert(), 0.0)
 
 
-def test_unsupported_architecture_is_named():
-    model = DistilBertForMaskedLM(DistilBertConfig(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64))
-    with pytest.raises(UnsupportedArchitectureError, match="DistilBertForMaskedLM"):
-        mlm_head(model)
+def test_head_without_a_vocabulary_projection_is_refused():
+    # DeBERTa-v2's non-legacy head multiplies by the input embeddings: its output embeddings are a
+    # hidden x hidden transform, not a decoder
+    config = DebertaV2Config(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=64, legacy=False)
+    with pytest.raises(UnsupportedArchitectureError, match="DebertaV2ForMaskedLM.*not a linear projection"):
+        mlm_head(DebertaV2ForMaskedLM(config))
 
 
 def test_factor_one_leaves_the_baseline_tied():

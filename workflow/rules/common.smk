@@ -13,7 +13,7 @@ from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job,
                                    visible_device_ids, wsl_gpu)
 from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
-from splade_rescale.costs.model_shapes import gpu_job_priorities
+from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities
 from splade_rescale.data.corpora import corpora, dataset_files
 from splade_rescale.errors import ConfigError
 from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
@@ -34,6 +34,10 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 validate(config, "../schemas/config.schema.yaml")  # fills schema defaults
+try:
+    check_architectures(config)  # from each model's config.json, so never after a download
+except ConfigError as exc:
+    raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 # Every output of a config lands under results/{experiment}/: demo, miniature and paper
 # runs share one checkout without touching each other's files.
 RESULTS = f"results/{config['experiment']}"

@@ -135,7 +135,7 @@ def fetch_backbone(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict
     notes: list[str] = provenance.pop("notes", [])
 
     head_init = spec.get("head_init")
-    head_missing = [k for k in missing if "transform" in k or "bias" in k or k.startswith("head.")]
+    head_missing = [k for k in missing if not k.startswith(f"{model.base_model_prefix}.")]  # the head's own
     if head_init:
         init_identity_transform(model, float(head_init["decoder_bias"]))
         notes.append(f"MLM-head transform initialised as identity with decoder bias {head_init['decoder_bias']} "

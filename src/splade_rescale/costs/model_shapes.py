@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from splade_rescale.backbones.families import check_architecture
 from splade_rescale.config import ConfigError
 
 
@@ -58,10 +59,21 @@ def model_shape(name: str, spec: Mapping[str, Any], root: Path = Path("."), offl
                 f"run once with the Hugging Face Hub reachable, or add shape: {{model_type, parameters, layers, "
                 f"hidden}} (from its config.json and model card) to {where}.{name} in the experiment config")
         config = AutoConfig.from_pretrained(str(path.parent))
+        check_architecture(f"{where}.{name} ({spec.get('repo_id') or spec.get('path')})", config.to_dict())
     with torch.device("meta"):
         model = AutoModelForMaskedLM.from_config(config)
     return ModelShape(config.model_type, sum(p.numel() for p in model.parameters()),
                       config.num_hidden_layers, config.hidden_size)
+
+
+def check_architectures(config: Mapping[str, Any], root: Path = Path(".")) -> None:
+    """Refuse, before any job, a backbone or published model whose config.json on this machine names an
+    architecture without a usable masked-LM head (one not on this machine yet is checked by ``make plan``)."""
+    for where in ("backbones", "published_models"):
+        for name, spec in (config.get(where) or {}).items():
+            if spec["source"] != "config" and (path := _config_file(spec, root, offline=True)) and path.is_file():
+                source = spec.get("repo_id") or spec.get("path") or spec.get("package")
+                check_architecture(f"{where}.{name} ({source})", json.loads(path.read_text()))
 
 
 def gpu_job_priorities(models: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:

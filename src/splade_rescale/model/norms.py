@@ -47,10 +47,7 @@ def weight_norms(head: MlmHead) -> dict[str, Any]:
             "decoder_row_norm_max": rows.max().item(),
             "decoder_row_norm_min": rows.min().item(),
             "input_embedding_frobenius_norm": head.input_embeddings.weight.float().norm().item(),
-            "layernorm_weight_norm": head.layer_norm.weight.float().norm().item(),
-            "layernorm_weight_mean": head.layer_norm.weight.float().mean().item(),
-            "layernorm_bias_norm": (head.layer_norm.bias.float().norm().item()
-                                    if head.layer_norm.bias is not None else None),
+            **_layer_norm_stats(head),
             "logit_shift": logit_shift(head.model),
         }
         bias = head.decoder.bias
@@ -62,6 +59,15 @@ def weight_norms(head: MlmHead) -> dict[str, Any]:
                          decoder_bias_min=b.min().item(), decoder_bias_max=b.max().item(),
                          decoder_bias_norm=b.norm().item())
     return stats
+
+
+def _layer_norm_stats(head: MlmHead) -> dict[str, float | None]:
+    """The head transform's last normalisation (a LayerNorm in every family tested); None without one."""
+    norms = [m for m in head.transform() if "norm" in type(m).__name__.lower()]
+    weight, bias = (getattr(norms[-1], "weight", None), getattr(norms[-1], "bias", None)) if norms else (None, None)
+    return {"layernorm_weight_norm": None if weight is None else weight.float().norm().item(),
+            "layernorm_weight_mean": None if weight is None else weight.float().mean().item(),
+            "layernorm_bias_norm": None if bias is None else bias.float().norm().item()}
 
 
 @torch.no_grad()

@@ -12,7 +12,6 @@ the same vectors.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 from pathlib import Path
 from typing import Iterable, Iterator, Literal, Sequence
@@ -79,7 +78,7 @@ def autocast_for(device: torch.device, precision: Precision) -> contextlib.Abstr
 
 
 class SpladeEncoder(nn.Module):
-    """Shared query/document SPLADE encoder over a BERT- or ModernBERT-style MLM model."""
+    """Shared query/document SPLADE encoder over any masked-LM model (:func:`~splade_rescale.model.heads.mlm_head`)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                  head: HeadImpl = "fused", chunk_size: int = 8192, precision: Precision = "auto"):
@@ -98,8 +97,7 @@ class SpladeEncoder(nn.Module):
         """Compile the backbone for every batch shape: batch and length are symbolic (``dynamic``), so
         new lengths never recompile; its graphs are at most four (with and without an attention mask,
         one text or more). Forward and backward both run compiled."""
-        self._head = dataclasses.replace(self._head, encoder=torch.compile(self._head.encoder, dynamic=True,
-                                                                             backend=backend))
+        self._head.encoder.compile(dynamic=True, backend=backend)  # in place: the head's forward runs it
         self.compiled = True
 
     @classmethod
