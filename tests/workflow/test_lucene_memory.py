@@ -10,7 +10,6 @@ command (here in an empty copy of the workflow: it only warns that there is noth
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

@@ -117,7 +117,7 @@ rule anserini_reference_index:
         summary=res("reference_indexes/{backbone}/{run}/{corpus}.json"),
     threads: THREADS["lucene"]
     resources:
-        mem_mb=MEM_MB["impact_index"],
+        mem_mb=MEM_MB["anserini_reference_index"],
     log:
         res("logs/reference_index/{backbone}.{run}.{corpus}.log"),
     benchmark:

@@ -41,11 +41,16 @@ _READY = False
 MAX_CLAUSES = 1 << 20  # > any vocabulary
 
 
-# What a Lucene job declares to Snakemake (resources: mem_mb) at the paper's scale; its JVM heap follows.
-# Index: the writer's 4 GiB RAM buffer (IndexCollection's -memoryBuffer default) in the heap, and the
-# merges. Search: k hits of every query held until written (a 10,000-query set at k = 1000 is 10M hits)
-# in Java, then as Python tuples. The index files are memory-mapped: page cache, not counted here.
-MEM_MB = {"impact_index": 8000, "bm25_index": 8000, "search": 8000}
+# What a Lucene job declares to Snakemake (resources: mem_mb) at the paper's scale; its JVM heap follows
+# (jvm_heap_mb) and the index writer's RAM buffer is half that heap, at most IndexCollection's 4 GiB. The
+# index files are memory-mapped: page cache, not counted here. impact_index: one thread feeding the
+# writer (the buffer only sets how often it flushes; forceMerge streams). bm25_index and Anserini's
+# reference index: IndexCollection's threads share the buffer; the reference index also holds 100,000
+# documents' vectors in Python at a time. Searches: every query's k hits are held until written, about
+# 650 B a hit in all, Java and Python (docs/measurements.md): the paper's largest query set (Quora,
+# 10,000 queries at k = 1000) is 10M hits, 6.5 GB.
+MEM_MB = {"impact_index": 4000, "anserini_reference_index": 8000, "bm25_index": 8000, "impact_retrieve": 8000,
+          "bm25_retrieve": 8000}
 
 
 def jvm_heap_mb(mem_mb: int) -> int:
@@ -376,7 +381,7 @@ def impact_index_summary(index_dir: str | Path) -> dict:
         reader.close()
 
 
-def collection_from_postings(index_dir: str | Path, out_dir: str | Path, docs_per_shard: int = 500_000) -> int:
+def collection_from_postings(index_dir: str | Path, out_dir: str | Path, docs_per_shard: int = 100_000) -> int:
     """Write the JsonVectorCollection an impact index holds, read back from its postings (``contents``:
     a term's frequency in a document is its weight) and stored ids, in index order; return its documents.
 
