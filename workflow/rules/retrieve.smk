@@ -19,7 +19,7 @@ rule impact_retrieve:
         k=config["retrieval"]["k"],
     threads: THREADS["lucene"]
     resources:
-        mem_mb=MEM_MB["search"],
+        mem_mb=MEM_MB["impact_retrieve"],
     log:
         res("logs/retrieve/{backbone}.{run}.{dataset}.log"),
     benchmark:
@@ -47,7 +47,7 @@ rule bm25_retrieve:
         k=config["retrieval"]["k"],
     threads: THREADS["lucene"]
     resources:
-        mem_mb=MEM_MB["search"],
+        mem_mb=MEM_MB["bm25_retrieve"],
     log:
         res("logs/retrieve/bm25.{dataset}.log"),
     benchmark:
