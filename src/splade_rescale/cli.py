@@ -360,7 +360,23 @@ def encode_queries_cmd(args: argparse.Namespace) -> None:
                       args.encoding["quantization"], encoder=_encoder(args))
 
 
+def jvm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mem-mb", type=int, help="memory the job may use (the rule's resources.mem_mb): the JVM "
+                   "heap follows it; a runtime setting, as the threads, which also size the JVM's own threads")
+
+
+def start_jvm(args: argparse.Namespace) -> None:
+    """Start the JVM at the job's memory and threads, before anything else starts it at the JDK's defaults."""
+    from splade_rescale.retrieval.lucene import ensure_pyserini, jvm_heap_mb
+    ensure_pyserini(f"{jvm_heap_mb(args.mem_mb)}m" if args.mem_mb else None, args.threads)
+    from jnius import autoclass  # only once ensure_pyserini has set the JVM's options
+
+    runtime = autoclass("java.lang.Runtime").getRuntime()
+    log.info("JVM: heap %d MB at most, %d processors", runtime.maxMemory() >> 20, runtime.availableProcessors())
+
+
 @command("index", lambda p: (
+    jvm_args(p),
     p.add_argument("--collection", required=True, type=Path),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
@@ -376,11 +392,33 @@ def index_cmd(args: argparse.Namespace) -> None:
         with atomic_dir(args.out) as tmp:
             write_json(tmp / SKIPPED, record)
         return
+    start_jvm(args)
     log.info("index: %s", run_build_impact_index(args.collection, args.out, args.threads,
                                                  indexer=args.runtime.get("impact_indexer", "direct")))
 
 
+@command("reference-index", lambda p: (
+    jvm_args(p),
+    p.add_argument("--index", required=True, type=Path, help="an impact index the workflow built"),
+    p.add_argument("--threads", type=int, default=1),
+    p.add_argument("--out", required=True, type=Path, help="Anserini's index of the same postings"),
+    p.add_argument("--summary", required=True, type=Path, help="JSON record of the check"),
+))
+def reference_index_cmd(args: argparse.Namespace) -> None:
+    """Anserini's IndexCollection index rebuilt from an impact index's postings (no encoding), checked against it."""
+    from splade_rescale.atomic import atomic_dir, write_json
+    from splade_rescale.retrieval.lucene import run_reference_index
+    if record := skipped(args.index):
+        with atomic_dir(args.out) as tmp:
+            write_json(tmp / SKIPPED, record)
+        write_json(args.summary, record)
+        return
+    start_jvm(args)
+    log.info("reference index: %s", run_reference_index(args.index, args.out, args.summary, args.threads))
+
+
 def search_args(p: argparse.ArgumentParser) -> None:
+    jvm_args(p)
     p.add_argument("--index", required=True, type=Path)
     p.add_argument("--name", required=True, help="dataset name in the config")
     p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON")
@@ -401,12 +439,14 @@ def retrieve_cmd(args: argparse.Namespace) -> None:
         write_text(args.run, "")
         write_json(args.stats, record)
         return
+    start_jvm(args)
     run_impact_search(args.index, args.queries, args.run, k=args.k, threads=args.threads,
                       exclude_self=default_exclude_self(args.name, args.dataset), tag=args.tag,
                       stats_path=args.stats)
 
 
 @command("bm25-index", lambda p: (
+    jvm_args(p),
     p.add_argument("--name", required=True, help="corpus name"),
     p.add_argument("--corpus", type=json_arg, required=True, help=CORPUS_HELP),
     p.add_argument("--prepared", type=Path, help="the corpus's prepare-corpus record: its document count"),
@@ -418,6 +458,7 @@ def bm25_index_cmd(args: argparse.Namespace) -> None:
     from splade_rescale.data.prepare import prepared_docs
     from splade_rescale.retrieval.lucene import run_build_bm25_index
     total = prepared_docs(args.prepared) if args.prepared else None
+    start_jvm(args)
     log.info("bm25 index: %s", run_build_bm25_index(args.name, args.corpus, args.out, args.threads, total=total))
 
 
@@ -425,6 +466,7 @@ def bm25_index_cmd(args: argparse.Namespace) -> None:
 def bm25_retrieve_cmd(args: argparse.Namespace) -> None:
     """BM25 run (k1=0.9, b=0.4) over a dataset's judged queries."""
     from splade_rescale.retrieval.lucene import run_bm25_search
+    start_jvm(args)
     run_bm25_search(args.name, args.dataset, args.index, args.run, k=args.k, threads=args.threads,
                     stats_path=args.stats)
 

@@ -12,8 +12,9 @@ import yaml
 from conftest import REPO
 from splade_rescale.config import ConfigError, load_config, local_threads
 from splade_rescale.costs.model_shapes import gpu_job_priorities, model_shape
-from splade_rescale.costs.plan import build_plan, load_throughputs
-from splade_rescale.costs.schedule import dry_run_jobs, plan_run
+from splade_rescale.costs.plan import build_plan, host_at_once, load_throughputs
+from splade_rescale.costs.schedule import Job, Slot, dry_run_jobs, plan_run
+from splade_rescale.retrieval.lucene import MEM_MB
 
 PAPER = REPO / "config" / "config.yaml"
 # FacebookAI/roberta-large's config.json (its published values)
@@ -64,6 +65,9 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
     assert eight["schedule"]["wall_h"] < one["schedule"]["wall_h"] / 3 and one["schedule"]["wall_h"] > gpu_h
     assert one["schedule"]["threads"] == local_threads(config, 8, 1)
     assert "## Schedule on 64 cores and 8 GPU(s)" in text and (tmp_path / "plan.md").read_text() == text
+    peak = eight["schedule"]["peak_host_gib"]
+    assert f"(peak host memory {peak:,.1f} GiB, {eight['schedule']['jobs_at_once']} jobs at once)" in text
+    assert one["schedule"]["peak_host_gib"] < peak and eight["schedule"]["jobs_at_once"] > 8
     assert json.loads((tmp_path / "plan.json").read_text())["schedule"]["gpus"] == 8
     # every job of the dry run the schedule reads has the threads local_threads gives it, and one GPU
     threads = local_threads(config, 64, 8)
@@ -77,6 +81,19 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
             (threads[kind], int(kind != "lucene"))}, rule
     # the direct impact indexer keeps one core busy: one thread a job, so that they run side by side
     assert {(j["threads"], j["gpus"]) for j in jobs if j["rule"] == "impact_index"} == {(1, 0)}
+
+
+def test_peak_host_memory_adds_up_the_jobs_running_at_once() -> None:
+    """A job ending frees its memory before one starting at that time takes it; a Lucene job holds what
+    it declares to Snakemake, a job of no listed kind the floor."""
+    plan = build_plan(load_config(REPO / "config" / "demo.yaml"), load_throughputs(), REPO)
+    lucene = plan["memory"]["impact_index"]["host"]
+    assert lucene == pytest.approx(MEM_MB["impact_index"] * 1e6 / 2 ** 30) and plan["memory"]["train"]["host"] > 0
+    jobs = [Job(1, "train", 1, 10.0), Job(2, "impact_index", 1, 10.0), Job(3, "impact_index", 1, 10.0),
+            Job(4, "tables", 1, 1.0)]
+    slots = {1: Slot(0, 10), 2: Slot(5, 15), 3: Slot(10, 20), 4: Slot(12, 13)}
+    assert host_at_once(jobs, slots, plan["memory"], 1.0) == {
+        "peak_host_gib": pytest.approx(2 * lucene + 1.0), "jobs_at_once": 3}
 
 
 def test_a_backbone_and_a_dataset_the_package_does_not_list_are_planned_offline(tmp_path: Path) -> None:

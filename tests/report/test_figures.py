@@ -176,7 +176,7 @@ def test_write_figures_keeps_the_labelled_layout(tmp_path: Path, monkeypatch):
         assert _pdf_page(tmp_path / f"figures/{name}.pdf") == pytest.approx((w * 72, h * 72)), name
         assert (tmp_path / f"figures/{name}.png").stat().st_size > 10_000
         (footer,) = fig.texts  # the provenance line at the foot
-        assert footer.get_text().startswith("Made by config 'fixture-paper' (sha256 ")
+        assert footer.get_text().startswith("Made by config 'fixture-paper' (sha256 of its experiment, backbones, ")
 
     # head norms: one panel, a pair of bars per backbone at the fixture's norms (rescaled = norm / 16;
     # ettin-1b's rescaled model sits on ettin-400m's, 10.3 / 16)

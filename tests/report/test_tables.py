@@ -47,7 +47,8 @@ def test_tables_written_with_collapse_bm25_marks_and_provenance(fixture_results,
     for path in written:
         text = path.read_text()
         assert text.strip()
-        assert "Made by config 'fixture' (sha256 " in text and "commit " in text and "pyserini" in text, path
+        assert "Made by config 'fixture' (sha256 of its experiment, backbones, variants and datasets: " in text
+        assert "commit " in text and "pyserini" in text, path
         assert "backbones: small org/small@0123456789ab, big-head local." in text, path
 
     in_domain = (out / "in_domain.md").read_text()

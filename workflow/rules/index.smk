@@ -1,4 +1,5 @@
 from splade_rescale.data.corpora import corpus_parts
+from splade_rescale.retrieval.lucene import MEM_MB
 from splade_rescale.rule_params import corpus_encoding, query_encoding, query_sets
 
 # A corpus of more than encoding.part_docs documents (by ir_datasets' metadata, known before any download)
@@ -144,7 +145,9 @@ rule encode_queries:
 rule impact_index:
     """The impact index of one encoded corpus. Which builder writes it (retrieval.impact_indexer:
     direct, or Anserini's IndexCollection) is a runtime setting: both write the same postings,
-    so editing it reruns no job (to rebuild with the other, --forcerun impact_index)."""
+    so editing it reruns no job. Anserini's index of a finished one: rule anserini_reference_index
+    (not --forcerun impact_index: the shards are gone, and that would encode the corpus again).
+    mem_mb (retrieval.lucene.MEM_MB) sets the JVM heap; a runtime setting, as the threads."""
     input:
         res("encoded/{backbone}/{run}/corpora/{corpus}"),
     output:
@@ -152,6 +155,8 @@ rule impact_index:
     # The direct builder keeps about one core busy whatever its threads (its Python side holds the
     # GIL; benchmarks/results/bench_impact_index.json): one thread, so that index jobs run side by side.
     threads: 1 if config["retrieval"]["impact_indexer"] == "direct" else THREADS["lucene"]
+    resources:
+        mem_mb=MEM_MB["impact_index"],
     log:
         res("logs/index/{backbone}.{run}.{corpus}.log"),
     benchmark:
@@ -159,8 +164,32 @@ rule impact_index:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale index --collection {input} --threads {threads} --runtime \"$SPLADE_RESCALE_RUNTIME\" "
-        "--out {output} > {log} 2>&1"
+        "splade-rescale index --collection {input} --threads {threads} --mem-mb {resources.mem_mb} "
+        "--runtime \"$SPLADE_RESCALE_RUNTIME\" --out {output} > {log} 2>&1"
+
+
+rule anserini_reference_index:
+    """Anserini's IndexCollection index of a finished impact index, to check the direct builder against:
+    built from that index's postings (its shards are gone), so nothing is encoded again. The job fails
+    unless both hold the same postings statistics. Asked for by path, one corpus of one model:
+    snakemake --cores 8 results/{experiment}/reference_indexes/{backbone}/{run}/{corpus}.json"""
+    input:
+        res("indexes/{backbone}/{run}/{corpus}"),
+    output:
+        index=directory(res("reference_indexes/{backbone}/{run}/{corpus}")),
+        summary=res("reference_indexes/{backbone}/{run}/{corpus}.json"),
+    threads: THREADS["lucene"]
+    resources:
+        mem_mb=MEM_MB["anserini_reference_index"],
+    log:
+        res("logs/reference_index/{backbone}.{run}.{corpus}.log"),
+    benchmark:
+        res("benchmarks/reference_index/{backbone}.{run}.{corpus}.tsv")
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale reference-index --index {input} --threads {threads} --mem-mb {resources.mem_mb} "
+        "--out {output.index} --summary {output.summary} > {log} 2>&1"
 
 
 rule bm25_index:
@@ -171,6 +200,8 @@ rule bm25_index:
     params:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
     threads: THREADS["lucene"]
+    resources:
+        mem_mb=MEM_MB["bm25_index"],
     log:
         res("logs/index/bm25.{corpus}.log"),
     benchmark:
@@ -179,4 +210,4 @@ rule bm25_index:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale bm25-index --name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input} "
-        "--threads {threads} --out {output} > {log} 2>&1"
+        "--threads {threads} --mem-mb {resources.mem_mb} --out {output} > {log} 2>&1"

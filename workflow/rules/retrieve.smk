@@ -1,3 +1,4 @@
+from splade_rescale.retrieval.lucene import MEM_MB
 from splade_rescale.rule_params import search_spec
 
 
@@ -17,6 +18,8 @@ rule impact_retrieve:
         search=lambda w: as_json(search_spec(config, w.backbone, w.dataset)),
         k=config["retrieval"]["k"],
     threads: THREADS["lucene"]
+    resources:
+        mem_mb=MEM_MB["impact_retrieve"],
     log:
         res("logs/retrieve/{backbone}.{run}.{dataset}.log"),
     benchmark:
@@ -25,7 +28,7 @@ rule impact_retrieve:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale retrieve --index {input.index} --queries {input.queries} --name {wildcards.dataset} "
-        "--dataset {params.search:q} --k {params.k} --threads {threads} --tag {wildcards.backbone}.{wildcards.run} "
+        "--dataset {params.search:q} --k {params.k} --threads {threads} --mem-mb {resources.mem_mb} --tag {wildcards.backbone}.{wildcards.run} "
         "--run {output.run} --stats {output.stats} > {log} 2>&1"
 
 
@@ -43,6 +46,8 @@ rule bm25_retrieve:
         search=lambda w: as_json(search_spec(config, None, w.dataset)),
         k=config["retrieval"]["k"],
     threads: THREADS["lucene"]
+    resources:
+        mem_mb=MEM_MB["bm25_retrieve"],
     log:
         res("logs/retrieve/bm25.{dataset}.log"),
     benchmark:
@@ -51,4 +56,4 @@ rule bm25_retrieve:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale bm25-retrieve --index {input.index} --name {wildcards.dataset} --dataset {params.search:q} "
-        "--k {params.k} --threads {threads} --run {output.run} --stats {output.stats} > {log} 2>&1"
+        "--k {params.k} --threads {threads} --mem-mb {resources.mem_mb} --run {output.run} --stats {output.stats} > {log} 2>&1"

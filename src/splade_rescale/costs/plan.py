@@ -18,6 +18,7 @@ from splade_rescale.config import query_max_length
 from splade_rescale.costs.model_shapes import ModelShape, model_shape
 from splade_rescale.data.corpora import corpora
 from splade_rescale.errors import ConfigError
+from splade_rescale.retrieval.lucene import MEM_MB
 from splade_rescale.runs import PUBLISHED_RUN, split_run
 from splade_rescale.training.recipes import resolve_recipe, seed_runs
 
@@ -205,9 +206,24 @@ def peak_memory(config: Mapping[str, Any], shapes: Mapping[str, ModelShape], lar
             gpu = 16 * s.parameters + step * (34 * s.hidden * s.layers + 4 * r["chunk_size"])
             out["train"]["gpu"] = max(out["train"]["gpu"], gpu / GIB)
             out["train"]["host"] = max(out["train"]["host"], (floor + 4 * s.parameters) / GIB)
-    heap = throughputs["lucene"]["jvm_heap_gib"]
-    out["impact_index, impact_retrieve, bm25_index"] = {"gpu": 0.0, "host": heap}
+    out["encode_queries"] = out["encode_corpus"]
+    for rule, mb in MEM_MB.items():  # what each Lucene job declares to Snakemake (mem_mb); its JVM heap follows it
+        out[rule] = {"gpu": 0.0, "host": mb * 1e6 / GIB}
     return out
+
+
+def host_at_once(jobs: Iterable[Any], slots: Mapping[int, Any], memory: Mapping[str, Mapping[str, float]],
+                 floor_gib: float) -> dict[str, float]:
+    """The schedule's peak host memory (GiB; a job holds its kind's ``memory``, any other job ``floor_gib``)
+    and the most jobs running at once: what ``--resources mem_mb`` must give for the schedule to hold."""
+    events = sorted((t, sign, memory.get(j.rule, {}).get("host", floor_gib))  # at one time, ends (-1) first
+                    for j in jobs for t, sign in ((slots[j.id].start, 1), (slots[j.id].end, -1)))
+    held = peak = 0.0
+    running = most = 0
+    for _, sign, gib in events:
+        held, running = held + sign * gib, running + sign
+        peak, most = max(peak, held), max(most, running)
+    return {"peak_host_gib": peak, "jobs_at_once": most}
 
 
 def _h(n: float) -> str:
@@ -265,5 +281,7 @@ ASSUMPTIONS = (
     "largest corpus's shards; the end = impact and BM25 indexes, models (init + final + kept checkpoints "
     "with AdamW state at 12 B a parameter), backbones, query vectors and runs. The Hugging Face and "
     "ir_datasets caches are not counted.",
-    "Memory: see splade_rescale.costs.plan.peak_memory; Lucene jobs the JVM heap (lucene.jvm_heap_gib).",
+    "Memory: see splade_rescale.costs.plan.peak_memory; a Lucene job what it declares (mem_mb: "
+    "splade_rescale.retrieval.lucene.MEM_MB), its JVM heap three quarters of it; any other job host.gpu_job_floor_gib. "
+    "The schedule's peak adds up the jobs it runs at once.",
 )

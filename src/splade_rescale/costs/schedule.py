@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from splade_rescale.config import ConfigError, gpus_per_job, load_config, local_threads
-from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, load_throughputs, render_bill
+from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, host_at_once, load_throughputs, render_bill
 from splade_rescale.data.corpora import part_range
 
 REPO = THROUGHPUTS_PATH.parents[1]
@@ -204,8 +204,10 @@ def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores:
     text = render_bill(plan, plan["jobs"], str(configfile), str(shown))
     if gpus:
         timed = scheduled_jobs(plan, jobs, cores, throughputs)
+        slots = list_schedule(timed, cores, gpus)
         plan["schedule"] = {"cores": cores, "gpus": gpus, "threads": local_threads(config, cores, gpus),
-                            **gpu_usage(timed, list_schedule(timed, cores, gpus), gpus)}
+                            **gpu_usage(timed, slots, gpus),
+                            **host_at_once(timed, slots, plan["memory"], throughputs["host"]["gpu_job_floor_gib"])}
         text += "\n" + render_schedule(plan["schedule"])
     else:
         text += ("\nNo schedule: the model jobs run on the CPU (device: cpu or gpus_per_job: 0); the GPU figures "
@@ -225,7 +227,8 @@ def render_schedule(s: Mapping[str, Any]) -> str:
         f"{t['train']}, encode {t['encode']}, each index or search {t['lucene']}), each started when its threads "
         "and GPUs are free, the longest remaining path first.", "",
         "| figure | hours |", "|---|---|",
-        f"| wall | {h(s['wall_h'])} |", f"| GPU busy | {h(s['gpu_busy_h'])} |",
+        f"| wall | {h(s['wall_h'])} (peak host memory {h(s['peak_host_gib'])} GiB, {s['jobs_at_once']} jobs at once) |",
+        f"| GPU busy | {h(s['gpu_busy_h'])} |",
         f"| GPU idle | {h(s['gpu_idle_h'])} ({s['gpu_idle_h'] / max(s['wall_h'] * s['gpus'], 1e-9):.0%}) |",
         f"| of which before the first GPU job (downloads, data preparation) | {h(s['gpu_idle_before_first_h'])} |",
         f"| of which after the last GPU job (the last indexes and searches) | {h(s['gpu_idle_after_last_h'])} |",

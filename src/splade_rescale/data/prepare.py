@@ -79,6 +79,7 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
         record["ir_datasets_home"] = irds_home()
     else:  # local files, or a subset (one pass over its corpus; ir_datasets downloads it here)
         _, docs = load_corpus(name, spec, root)
+    unique_ids(spec, root)
     if not docs:
         raise ValueError(f"corpus {name}: no documents; check its dataset entry in the config")
     # local files by content: an encode resumed after an edit that keeps ids and count must not reuse shards
@@ -87,6 +88,30 @@ def prepare_corpus(name: str, spec: Mapping[str, Any], out: str | Path, root: st
     write_json(out, record)
     log.info("corpus %s: %d documents (%.0f s)", name, docs, record["seconds"])
     return record
+
+
+def unique_ids(spec: Mapping[str, Any], root: str | Path = ".") -> int:
+    """Count a corpus's documents, refusing a duplicate id in one line that names it and both places
+    (a local file's line numbers, an ir_datasets store's document numbers): found here, before any
+    GPU job, not by the BM25 index after every model's encode."""
+    from splade_rescale.data.datasets import DatasetError, _find, _irds, _jsonl_records, _resolve
+
+    spec = _resolve(spec, Path(root))
+    if spec["source"] == "ir_datasets":
+        where, unit = spec["id"], "documents"
+        ids: Any = ((i, str(d.doc_id)) for i, d in enumerate(_irds(spec["id"]).docs_iter(), 1))
+    else:
+        path = _find(Path(spec["path"]), "corpus.jsonl", "corpus.jsonl.gz") if spec["source"] == "beir_local" \
+            else Path(spec["corpus"])
+        where, unit = str(path), "lines"
+        ids = ((n, str(r.get("_id", r.get("id", r.get("docid")))) if isinstance(r, dict) else "")
+               for n, r in _jsonl_records(path))
+    seen: dict[str, int] = {}  # ~1 GB for MS MARCO's 8.8M passages
+    for n, docid in ids:
+        if (first := seen.setdefault(docid, n)) != n:
+            raise DatasetError(f"{where}: duplicate document id {docid!r} ({unit} {first} and {n}); "
+                               "deduplicate the corpus")
+    return len(seen)
 
 
 def prepare_queries(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> dict[str, Any]:

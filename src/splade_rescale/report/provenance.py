@@ -10,6 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from splade_rescale.rule_params import figure_config
+
 VERSIONED_PACKAGES = ("torch", "transformers", "pyserini", "ranx", "snakemake")
 
 
@@ -25,8 +27,13 @@ def git_commit(where: Path = Path(__file__).resolve().parent) -> str:
     return f"{sha}+local-changes" if dirty else sha
 
 
+HASHED = "experiment, backbones, variants and datasets"  # what config_hash covers, as the footer names it
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:10]
+    """SHA-256 of the config sections every table and figure is made from (:data:`HASHED`), so that the
+    tables, given more of the config than the figures (notes, published figures), print the same digest."""
+    return hashlib.sha256(json.dumps(figure_config(config), sort_keys=True).encode()).hexdigest()[:10]
 
 
 def package_versions() -> dict[str, str]:
@@ -52,5 +59,5 @@ def provenance(config: Mapping[str, Any], summaries: Iterable[Mapping[str, Any]]
     """One line naming the config, code commit, package versions and backbone sources behind a table or figure."""
     versions = ", ".join(f"{k} {v}" for k, v in package_versions().items())
     sources = ", ".join(backbone_source(s["backbone"], s["source"]) for s in summaries if s.get("source"))
-    return (f"Made by config '{config.get('experiment', '?')}' (sha256 {config_hash(config)}), "
+    return (f"Made by config '{config.get('experiment', '?')}' (sha256 of its {HASHED}: {config_hash(config)}), "
             f"commit {git_commit()}, {versions}" + (f"; backbones: {sources}." if sources else "."))

