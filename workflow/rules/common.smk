@@ -14,7 +14,7 @@ from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job,
 from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
 from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities
-from splade_rescale.data.corpora import corpora, dataset_files
+from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files
 from splade_rescale.errors import ConfigError
 from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
 from splade_rescale.runs import RUN_PATTERN, VARIANT_PATTERN, split_run
@@ -225,6 +225,22 @@ if LOCAL_GPUS:
                     f"about {_fed['busy']} of the {LOCAL_GPUS} GPUs") + f" busy (each GPU-hour leaves {_ratio:.2f} "
                     f"core-hours of indexing and search)" + ("" if _fed["busy"] == LOCAL_GPUS else
                     f"; --cores {_fed['cores_for_all']} keeps all busy (make plan times both)"))
+
+
+# A corpus of more than encoding.part_docs documents (by ir_datasets' metadata, known before any download)
+# is encoded as several GPU jobs over contiguous parts, so that the last hours of a run are shared by every
+# GPU; the parts' vectors are those of one job (the batching grid is the corpus's own), so the part size
+# changes no output. A local corpus's size is unknown before preparation: one job. A run on one GPU
+# gains nothing from parts (each would only add a job start): one job per corpus there.
+PART_DOCS = None if LOCAL_GPUS == 1 else config["encoding"]["part_docs"]
+CORPUS_PARTS = {c: corpus_parts(spec, PART_DOCS) for c, spec in CORPORA.items()}
+PARTED = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n > 1) or "(?!)"
+WHOLE = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n == 1) or "(?!)"
+
+
+def corpus_part_paths(w):
+    n = CORPUS_PARTS[w.corpus]
+    return [res(f"encoded/{w.backbone}/{w.run}/corpora/{w.corpus}.parts/{p}-of-{n}") for p in range(n)]
 
 
 def train_gpus(backbone):

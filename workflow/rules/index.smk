@@ -1,22 +1,5 @@
-from splade_rescale.data.corpora import corpus_parts
 from splade_rescale.retrieval.lucene import MEM_MB
 from splade_rescale.rule_params import corpus_encoding, query_encoding, query_sets
-
-# A corpus of more than encoding.part_docs documents (by ir_datasets' metadata, known before any download)
-# is encoded as several GPU jobs over contiguous parts, so that the last hours of a run are shared by every
-# GPU; the parts' vectors are those of one job (the batching grid is the corpus's own), so the part size
-# changes no output. A local corpus's size is unknown before preparation: one job. A run on one GPU
-# gains nothing from parts (each would only add a job start): one job per corpus there.
-PART_DOCS = None if LOCAL_GPUS == 1 else config["encoding"]["part_docs"]
-CORPUS_PARTS = {c: corpus_parts(spec, PART_DOCS) for c, spec in CORPORA.items()}
-PARTED = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n > 1) or "(?!)"
-WHOLE = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n == 1) or "(?!)"
-
-
-def corpus_part_paths(w):
-    n = CORPUS_PARTS[w.corpus]
-    return [res(f"encoded/{w.backbone}/{w.run}/corpora/{w.corpus}.parts/{p}-of-{n}") for p in range(n)]
-
 
 ENCODE_CORPUS_INPUT = dict(
     manifest=judged_manifest,
