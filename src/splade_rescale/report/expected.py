@@ -6,9 +6,11 @@ with the tolerance a rerun on another machine must meet. The figures are kept pe
 precision (``fp32``, ``bf16``): ``precision: auto`` trains in bf16 autocast on a CPU with AMX and in
 fp32 on others, and a short run that sits near a collapse moves by more than any sensible tolerance
 between the two, so a rerun is held to the figures of the precision it trained in (its manifest's
-``bf16_autocast``). Untrained systems, BM25 and published checkpoints (``untrained``, by their metrics
-folder: ``bm25``, ``{model}/published``), have one set of figures per dataset whatever the CPU trains
-in, so that a newcomer sees the trained runs beside them. :func:`check` compares a finished results folder with it; :func:`render` is the
+``bf16_autocast``). Untrained systems, BM25 and published checkpoints (``untrained``, by their
+metrics folder: ``bm25``, ``{model}/published``), have one set of figures per dataset whatever the
+CPU trains in, so that a newcomer sees the trained runs beside them.
+
+:func:`check` compares a finished results folder with it; :func:`render` is the
 Markdown table the README and docs show, and :func:`rewrite_block` keeps their copies equal to the file.
 """
 
