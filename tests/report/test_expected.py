@@ -136,6 +136,8 @@ def test_untrained_systems_are_held_to_one_figure_per_dataset(tmp_path):
     table = render(expected)
     assert "| bm25 | — | none (BM25) | 0.700 | — |" in table
     assert "| tiny/published | — | published checkpoint | 0.550 | 110 |" in table
+    assert "| untrained system | scifact nDCG@10 | dl19-pool nDCG@10 |" in table
+    assert "| bm25 | 0.700 | — |" in table and "| tiny/published | 0.550 | 0.600 |" in table
 
 
 def test_an_untrained_system_without_ndcg_is_named(tmp_path):

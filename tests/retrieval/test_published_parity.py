@@ -131,7 +131,7 @@ def test_our_chain_equals_sentence_transformers_with_exact_dot_products(chain, d
     quantization = config["encoding"]["quantization"]
     # the lengths the chain encoded with are those the field's encoder is given
     corpus_stats = json.loads(next((results / f"encoded/{name}/published/corpora").glob("*.stats.json")).read_text())
-    query_stats = json.loads((results / f"encoded/{name}/published/queries/{dataset}.stats.json").read_text())
+    query_stats = json.loads((results / f"encoded/{name}/published/queries/{dataset}.jsonl.stats.json").read_text())
     field = Field(results, config, dataset, tmp_path)
     assert (query_stats["max_length"], corpus_stats["max_length"]) == (
         field.query_max_length, config["encoding"]["doc_max_length"])

@@ -144,6 +144,15 @@ def render(expected: Mapping[str, Any]) -> str:
             kind = "none (BM25)" if system == "bm25" else "published checkpoint"
             nnz = f"{row['nnz_per_doc']:,}" if "nnz_per_doc" in row else "—"
             lines.append(f"| {system} | — | {kind} | {row['ndcg_10']:.3f} | {nnz} |")
+    untrained = expected.get(UNTRAINED) or {}
+    others = list(dict.fromkeys(d for datasets in untrained.values() for d in datasets if d != dataset))
+    if others:
+        columns = [dataset, *others]
+        lines += ["", f"| untrained system | {' | '.join(f'{d} nDCG@10' for d in columns)} |",
+                  "|---|" + "---|" * len(columns)]
+        for system, datasets in untrained.items():
+            cells = [f"{datasets[d]['ndcg_10']:.3f}" if d in datasets else "—" for d in columns]
+            lines.append(f"| {system} | {' | '.join(cells)} |")
     lines += ["", f"Tolerance: nDCG@10 ± {tol['ndcg_10']}, non-zeros within ×/÷ {tol['nnz_per_doc']}. A run is held to "
               "the figures of the precision it trained in", "(`precision: auto`: bf16 autocast on a CPU with AMX, "
               "fp32 on others)."]
