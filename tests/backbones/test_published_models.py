@@ -69,7 +69,7 @@ def test_a_published_model_runs_through_the_chain_and_its_calibration_row_is_rig
     assert ours["status"] == "ok" and 0 < ours["metrics"]["nDCG@10"] <= 1
 
     assert "calibration" in table_names(config)
-    table = calibration_table(Results(config, [], [work / targets[1]]), [work / targets[0]])
+    table = calibration_table(Results(config, [], [work / targets[1]], [work / targets[0]]))
     rows = {row[0]: row for row in table.rows}
     model, dataset, metric, value, published, difference, source = rows["st-pub"]
     assert (dataset, metric, published, source) == ("scifact", "nDCG@10", PUBLISHED_SPLADE, "test figure")

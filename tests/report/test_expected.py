@@ -105,3 +105,43 @@ def test_the_docs_show_the_demos_expected_scores_file(doc):
     assert rewrite_block(text, "demo", render(expected)) == text, \
         f"{doc}: regenerate: splade-rescale expected --file config/expected/demo.yaml --render README.md docs/demo.md"
     assert all(runs["minilm-x16/baseline"]["status"] == "collapsed" for runs in expected["runs"].values())
+
+
+def _metrics(results: Path, system: str, dataset: str, ndcg: float, nnz: float | None, status: str = "ok") -> None:
+    path = results / "metrics" / system / f"{dataset}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    efficiency = {} if nnz is None else {"mean_nnz_per_doc": nnz}
+    path.write_text(json.dumps({"status": status, "metrics": {"nDCG@10": ndcg}, "efficiency": efficiency}))
+
+
+UNTRAINED = {"bm25": {"scifact": {"ndcg_10": 0.70}},
+             "tiny/published": {"scifact": {"ndcg_10": 0.55, "nnz_per_doc": 110}, "dl19-pool": {"ndcg_10": 0.6}}}
+
+
+def test_untrained_systems_are_held_to_one_figure_per_dataset(tmp_path):
+    """BM25 and a published checkpoint: checked on every dataset the file names, whatever the precision."""
+    expected = {**EXPECTED, "untrained": UNTRAINED}
+    _summary(tmp_path, EMPTY, _run())
+    _metrics(tmp_path, "bm25", "scifact", 0.72, None)
+    _metrics(tmp_path, "tiny/published", "scifact", 0.56, 100.0)
+    _metrics(tmp_path, "tiny/published", "dl19-pool", 0.62, 120.0)
+    assert check(expected, tmp_path) == []
+    _metrics(tmp_path, "tiny/published", "dl19-pool", 0.70, 120.0)
+    _metrics(tmp_path, "tiny/published", "scifact", 0.56, 300.0)
+    assert check(expected, tmp_path) == [
+        "tiny/published: scifact 300 non-zeros per document, expected 110 within x/1.5",
+        "tiny/published: dl19-pool nDCG@10 0.700, expected 0.600 +- 0.05"]
+    (tmp_path / "metrics/bm25/scifact.json").unlink()
+    assert any(p.startswith("bm25: no ") for p in check(expected, tmp_path))
+    table = render(expected)
+    assert "| bm25 | — | none (BM25) | 0.700 | — |" in table
+    assert "| tiny/published | — | published checkpoint | 0.550 | 110 |" in table
+    assert "| untrained system | scifact nDCG@10 | dl19-pool nDCG@10 |" in table
+    assert "| bm25 | 0.700 | — |" in table and "| tiny/published | 0.550 | 0.600 |" in table
+
+
+def test_an_untrained_system_without_ndcg_is_named(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**EXPECTED, "untrained": {"bm25": {"scifact": {"nnz_per_doc": 3}}}}))
+    with pytest.raises(ExpectedError, match=r"bad.yaml: untrained.bm25.scifact lacks ndcg_10"):
+        load_expected(path)

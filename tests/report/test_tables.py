@@ -231,3 +231,32 @@ def test_a_corpus_too_dense_to_index_shows_its_status_not_collapsed(fixture_resu
     efficiency = (out / "efficiency.md").read_text()
     assert any(line.replace(" ", "").startswith("|scifact|small|baseline|") and "too dense" in line
                for line in efficiency.splitlines())
+
+
+def test_a_published_model_has_its_rows_beside_the_trained_runs(fixture_results, tmp_path):
+    """A published checkpoint (untrained, like BM25) gets a row in every effectiveness table, in the
+    efficiency table (terms per query and document, FLOPS, index size, QPS) and in the calibration
+    table, where it has no published figure on these datasets."""
+    from splade_rescale.evaluation.evaluate import METRIC_SETS
+
+    config = {**CONFIG, "published_models": {"pub": {"source": "local", "path": "/models/pub"}}}
+    published = []
+    for i, (dataset, spec) in enumerate(CONFIG["datasets"].items()):
+        metrics = {name: 0.3 + 0.1 * i + 0.01 * j for j, name in enumerate(METRIC_SETS[spec["metrics"]])}
+        entry = {"backbone": "pub", "dataset": dataset, "status": "ok", "metrics": metrics,
+                 "per_query": {m: dict.fromkeys(QIDS, v) for m, v in metrics.items()},
+                 "efficiency": {"mean_nnz_per_query": 21.5 + i, "mean_nnz_per_doc": 111.0 + i, "flops": 0.75,
+                                "index_size_bytes": 2_500_000, "qps": 321.0}}
+        published.append(write(tmp_path / f"pub/{dataset}.json", entry))
+    out = tmp_path / "tables"
+    write_tables(config, fixture_results["summaries"], fixture_results["bm25"], fixture_results["norms_csv"], out,
+                 published)
+    beir = (out / "beir.md").read_text()
+    assert [c.strip() for c in md_row(beir, "pub", "published").strip("|").split("|")][2:] == [
+        "0.400", "0.500", "0.450"]  # scifact, nfcorpus, their mean; no significance mark
+    assert "0.300" in md_row((out / "in_domain.md").read_text(), "pub", "published")
+    efficiency = [line for line in (out / "efficiency.md").read_text().splitlines() if "| pub " in line]
+    assert len(efficiency) == 3 and "| 22.5 " in efficiency[1] and "| 112.0 " in efficiency[1]
+    assert "| 2.5 " in efficiency[1] and "| 321.0 " in efficiency[1]
+    calibration = (out / "calibration.md").read_text()
+    assert "| pub " in calibration and "0.4000" in calibration

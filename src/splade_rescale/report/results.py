@@ -13,6 +13,7 @@ from splade_rescale.config import parse_factor
 from splade_rescale.evaluation.evaluate import PRIMARY
 from splade_rescale.report.seed_spread import COLLAPSED, SeedSpread, mean_per_query, over_seeds, run_collapsed
 from splade_rescale.report.summary import runs_of, seeds_of
+from splade_rescale.runs import PUBLISHED_RUN
 
 MISSING = "–"
 BM25 = ("BM25", MISSING)
@@ -111,9 +112,12 @@ class Table:
 
 
 class Results:
-    """The systems of a run of the workflow and their metrics entries, in config order."""
+    """The systems of a run of the workflow and their metrics entries, in config order: BM25, the
+    trained models, then the published checkpoints (``published_models``), untrained like BM25, so
+    that every table shows the trained runs beside both."""
 
-    def __init__(self, config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path]):
+    def __init__(self, config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
+                 published: Iterable[str | Path] = ()):
         self.config = config
         self.summaries = {}
         for path in summaries:
@@ -123,7 +127,13 @@ class Results:
         self.baseline = baseline_variant(config)
         self.reference = config["reference_backbone"]
         self.models = [(b, v) for b in config["backbones"] if b in self.summaries for v in config["variants"]]
-        self.systems = ([BM25] if self.bm25 else []) + self.models
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for path in published:
+            entry = json.loads(Path(path).read_text(encoding="utf-8"))
+            found.setdefault((entry["backbone"], PUBLISHED_RUN), {})[entry["dataset"]] = entry
+        self.published = {(n, PUBLISHED_RUN): found[n, PUBLISHED_RUN] for n in config.get("published_models") or {}
+                          if (n, PUBLISHED_RUN) in found}
+        self.systems = ([BM25] if self.bm25 else []) + self.models + list(self.published)
 
         # several training seeds somewhere: cells are means over seeds, with a seeds column
         self.multi_seed = any(seeds_of(self.variant(m)) for m in self.models)
@@ -132,9 +142,14 @@ class Results:
         backbone, variant = system
         return self.summaries[backbone]["variants"].get(variant, {})
 
+    def trained(self, system: tuple[str, str]) -> bool:
+        return system != BM25 and system not in self.published
+
     def runs(self, system: tuple[str, str]) -> list[dict[str, Any]]:
         """A system's training runs, one per seed (BM25: one, untrained)."""
-        return [{"datasets": self.bm25}] if system == BM25 else runs_of(self.variant(system))
+        if system == BM25:
+            return [{"datasets": self.bm25}]
+        return [{"datasets": self.published[system]}] if system in self.published else runs_of(self.variant(system))
 
     def entry(self, system: tuple[str, str], dataset: str) -> dict[str, Any] | None:
         """A one-run system's metrics entry (a multi-seed system: its first seed's, for dataset notes)."""
@@ -147,7 +162,7 @@ class Results:
 
     def seeds_cell(self, system: tuple[str, str]) -> str:
         """How many seeds a row's means cover: ``kept/trained``."""
-        if system == BM25:
+        if not self.trained(system):
             return MISSING
         runs = self.runs(system)
         return f"{sum(not run_collapsed(r) for r in runs)}/{len(runs)}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from splade_rescale.evaluation.evaluate import compare_systems, correct_pvalues
-from splade_rescale.report.results import BM25, MISSING, Results, Table
+from splade_rescale.report.results import MISSING, Results, Table
 from splade_rescale.report.seed_spread import MIN_MAX_UP_TO
 from splade_rescale.report.summary import seeds_of
 
@@ -74,7 +74,7 @@ def missing_queries_sentence(results: Results, datasets: Iterable[str]) -> str:
     items = []
     for d in datasets:
         for system in results.systems:
-            seeds = None if system == BM25 else seeds_of(results.variant(system))
+            seeds = seeds_of(results.variant(system)) if results.trained(system) else None
             for i, run in enumerate(results.runs(system)):  # each seed's run
                 n = (run.get("datasets", {}).get(d) or {}).get("n_queries_without_results") or 0
                 if n:

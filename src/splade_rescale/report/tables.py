@@ -1,7 +1,7 @@
 """The paper's tables (Markdown, CSV, LaTeX and HTML for the Snakemake report) from the summaries.
 
-Every table shares the same rows (BM25, then backbone x variant, :mod:`.results`), the same rule
-for collapsed runs (the word "collapsed" instead of numbers), the same significance procedure
+Every table shares the same rows (BM25, backbone x variant, then published checkpoints, :mod:`.results`),
+the same rule for collapsed runs (the word "collapsed" instead of numbers), the same significance procedure
 (:mod:`.significance`), the same renderers (:mod:`.rendering`) and the same provenance line
 (:mod:`.provenance`), so a table can never silently differ from another in how it was made. This
 module holds the tables themselves; at ~450 lines it is over the usual size because each of its
@@ -42,6 +42,7 @@ from splade_rescale.report.significance import (
     significance_note,
 )
 from splade_rescale.report.summary import seeds_of
+from splade_rescale.runs import PUBLISHED_RUN
 
 BASE_TABLES = ("head_norms", "in_domain", "beir", "beir_recall", "efficiency", "training")
 SWEEP_TABLE = "factor_sweep"
@@ -388,16 +389,12 @@ def fmt_difference(value: Any) -> str:
     return f"{value:+.4f}"
 
 
-def calibration_table(results: Results, published_metrics: Iterable[str | Path]) -> Table:
+def calibration_table(results: Results) -> Table:
     """Published models and BM25 through our chain next to their published figures.
 
     One row per system and dataset: our primary metric, the published figure and the
-    difference. ``published_metrics``: the published models' metrics JSON files.
+    difference (none where the figure is not published, e.g. on a subset).
     """
-    ours: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in published_metrics:
-        entry = json.loads(Path(path).read_text(encoding="utf-8"))
-        ours[entry["backbone"], entry["dataset"]] = entry
     columns = [Column("model"), Column("dataset"), Column("metric"), Column("ours", fmt_score),
                Column("published", fmt_score), Column("difference", fmt_difference), Column("source")]
     caption = (f"Calibration: published checkpoints (published_models) and BM25 through this pipeline's encode, "
@@ -409,7 +406,8 @@ def calibration_table(results: Results, published_metrics: Iterable[str | Path])
     for system, published in calibration_sources(results.config).items():
         for d in results.config["datasets"]:
             metric = PRIMARY[dataset_metric_set(results.config, d)]
-            entry = results.bm25.get(d) if system == BM25[0] else ours.get((system, d))
+            runs = results.bm25 if system == BM25[0] else results.published.get((system, PUBLISHED_RUN), {})
+            entry = runs.get(d)
             value, figure = cell_value(entry, metric), published.get(d)
             difference = value - figure if isinstance(value, float) and figure is not None else None
             table.rows.append([system, d, metric, value, figure, difference,
@@ -419,7 +417,7 @@ def calibration_table(results: Results, published_metrics: Iterable[str | Path])
 
 def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm25: Iterable[str | Path],
                  norms_csv: str | Path, published_metrics: Iterable[str | Path] = ()) -> list[Table]:
-    results = Results(config, summaries, bm25)
+    results = Results(config, summaries, bm25, published_metrics)
     builders: dict[str, Callable[[], Table]] = {
         "head_norms": lambda: head_norms_table(results, Path(norms_csv)),
         "in_domain": lambda: in_domain_table(results),
@@ -428,7 +426,7 @@ def build_tables(config: Mapping[str, Any], summaries: Iterable[str | Path], bm2
         "efficiency": lambda: efficiency_table(results),
         "training": lambda: training_table(results),
         SWEEP_TABLE: lambda: factor_sweep_table(results),
-        CALIBRATION_TABLE: lambda: calibration_table(results, published_metrics),
+        CALIBRATION_TABLE: lambda: calibration_table(results),
     }
     return [builders[name]() for name in table_names(config)]
 
