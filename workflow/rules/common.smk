@@ -354,6 +354,20 @@ def local_backbone_files(w):
     return sorted(str(p) for p in folder.rglob("*") if p.is_file()) if folder and folder.is_dir() else []
 
 
+def published_checkpoint_files(w):
+    """A local published checkpoint's config and weights, so that replacing them refetches (a Hub
+    checkpoint's revision is in the params)."""
+    spec = config["published_models"][w.published]
+    if spec["source"] != "local":
+        return []
+    folder = Path(spec["path"]).expanduser()
+    if not (folder / "config.json").is_file():
+        raise WorkflowError(f"published_models.{w.published}.path: no checkpoint at {folder} (no config.json); "
+                            "point it at a saved SPLADE model folder (the demo's comes with `make install`)")
+    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    return [folder / "config.json", *weights]
+
+
 def local_query_files():
     """Every local dataset's query and qrels files (a subset's corpus too: its queries depend on it).
 

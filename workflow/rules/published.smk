@@ -1,17 +1,6 @@
 from splade_rescale.rule_params import published_model_spec
 
 
-def published_checkpoint_files(w):
-    """A local checkpoint's config and weights, so that replacing them refetches (a Hub checkpoint's
-    revision is in the params); a missing folder is named by Snakemake's missing-input error."""
-    spec = config["published_models"][w.published]
-    if spec["source"] != "local":
-        return []
-    folder = Path(spec["path"]).expanduser()
-    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
-    return [folder / "config.json", *weights]
-
-
 rule fetch_published_model:
     """A published SPLADE checkpoint (published_models), in place of a trained model: the same
     encode, index, retrieve and evaluate rules then run on it."""
