@@ -257,7 +257,7 @@ def matmul_peak(device: torch.device) -> tuple[float, str]:
 def forward_flops(model: nn.Module, tokens: int) -> float:
     """Matmul FLOPs of one SPLADE forward over ``tokens`` tokens: encoder + head transform + vocab projection."""
     head = mlm_head(model)
-    linear = [m for part in (head.encoder, head.transform) for m in part.modules() if isinstance(m, nn.Linear)]
+    linear = [m for m in (*head.encoder.modules(), *head.transform()) if isinstance(m, nn.Linear)]
     params = sum(m.weight.numel() for m in linear)
     vocab, hidden = head.decoder.weight.shape
     return 2.0 * params * tokens + 2.0 * tokens * hidden * vocab
