@@ -65,6 +65,7 @@ def tiny_config(experiment: str) -> dict:
     SciFact subset; the caller sets backbones, variants and training."""
     config = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     config.update(device="cpu", experiment=experiment, recipes={"tiny": {**TINY, "source": "tests"}})
+    config["published_models"] = {}  # the demo's published model has its own chain test
     config["reference_backbone"] = "tiny"
     config["datasets"] = {"scifact": {**config["datasets"]["scifact"],
                                       "subset": {"max_queries": 16, "max_judged_per_query": 3, "extra_docs": 30,

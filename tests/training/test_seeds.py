@@ -78,9 +78,10 @@ def test_dry_run_plans_one_chain_per_seed_and_one_rescale_per_variant(tmp_path: 
     backbones, variants, seeds, datasets, corpora = 2, 2, 2, 3, 2
     assert counts["rescale_head"] == counts["norms_variant"] == backbones * variants
     assert counts["train"] == backbones * variants * seeds
-    assert counts["encode_queries"] == backbones * variants * seeds
-    assert counts["encode_corpus"] == counts["impact_index"] == backbones * variants * seeds * corpora
-    assert counts["evaluate"] == backbones * variants * seeds * datasets
+    models = backbones * variants * seeds + len(config["published_models"])  # each published model: one more
+    assert counts["encode_queries"] == models
+    assert counts["encode_corpus"] == counts["impact_index"] == models * corpora
+    assert counts["evaluate"] == models * datasets
     assert "results/demo/models/minilm/rescaled/seed-1/final" in proc.stdout
     assert "results/demo/metrics/minilm-x16/baseline/seed-0/scifact.json" in proc.stdout
     assert "results/demo/models/minilm/rescaled/init" in proc.stdout
