@@ -22,6 +22,7 @@ from splade_rescale.model.heads import decoder_biases, load_masked_lm, mlm_head,
 from splade_rescale.model.splade import SpladeEncoder
 from splade_rescale.training.recipes import resolve_recipe
 from splade_rescale.training.train import run_training
+from support.training import TINY
 
 SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
          "max_position_embeddings": 64}
@@ -31,11 +32,9 @@ FAMILIES = {  # model_type -> what its config needs beyond SIZES
     "electra": {"embedding_size": 16},  # a generator whose head projects down before its decoder
     "modernbert": {"global_attn_every_n_layers": 1, "local_attention": 16},
 }
-RECIPE = {"steps": 1, "batch_size": 2, "negatives_per_query": 1, "lr": 1.0e-3, "warmup_steps": 0,
-          "weight_decay": 0.0, "max_grad_norm": 1.0, "grad_accumulation": 1, "query_max_length": 16,
-          "doc_max_length": 32, "lambda_q": 1.0e-3, "lambda_d": 1.0e-3, "flops_warmup_steps": 0,
-          "temperature": 1.0, "precision": "fp32", "head": "fused", "log_every": 1, "checkpoint_every": 10,
-          "seed": 0}
+# the suite's tiny recipe, one step of two queries with no warm-up
+RECIPE = {**TINY, "steps": 1, "batch_size": 2, "warmup_steps": 0, "weight_decay": 0.0, "grad_accumulation": 1,
+          "flops_warmup_steps": 0, "checkpoint_every": 10}
 TEXTS = ["is a little caffeine ok during pregnancy", "what fruit is native to australia",
          "The Canadian Armed Forces have about 65,000 regular members."]
 
