@@ -45,6 +45,10 @@ class FakeIrds:
     def has_docpairs(self) -> bool:
         return True
 
+    def docpairs_handler(self):  # not triples-small's pair Cache: examples come from docpairs_iter
+        self._open()
+        return SimpleNamespace()
+
     def docpairs_iter(self):
         self._open()
         return iter([SimpleNamespace(query_id=f"q{i % 30}", doc_id_a=f"d{i % 40}", doc_id_b=f"d{(i * 7 + 3) % 40}")

@@ -22,8 +22,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from splade_rescale.config import ConfigError, gpus_per_job, load_config, local_threads
-from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, host_at_once, load_throughputs, render_bill
+from splade_rescale.costs.plan import (THROUGHPUTS_PATH, build_plan, host_at_once, load_throughputs, models,
+                                      render_bill)
 from splade_rescale.data.corpora import part_range
+from splade_rescale.runs import PUBLISHED_RUN
+from splade_rescale.training.data import run_stream, stream_name
+from splade_rescale.training.recipes import resolve_recipe
 
 REPO = THROUGHPUTS_PATH.parents[1]
 
@@ -154,7 +158,8 @@ def gpu_usage(jobs: Sequence[Job], slots: Mapping[int, Slot], gpus: int) -> dict
 def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throughputs: Mapping[str, Any]) -> list[Job]:
     """The dry run's jobs with the bill's durations: a GPU job its GPU-hours over its GPUs, a Lucene job
     its core-hours over its threads (capped at ``cores``), every other job the throughputs' fixed time."""
-    fixed = throughputs["jobs"]
+    fixed, front = throughputs["jobs"], plan.get("training_front", {})
+    download = fixed["download_mb_per_s"] * 1e6
     startup_h = float(throughputs["gpu"]["job_startup_s"]) / 3600
     by_model = {(m["name"], m["variant"]): m for m in plan["models"]}
     bm25 = plan["bm25"]
@@ -175,12 +180,35 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
         if rule in hours:
             seconds = hours[rule]() * 3600
         elif rule == "prepare_corpus" and w.get("corpus") in plan["corpora"]:
-            seconds = plan["corpora"][w["corpus"]]["count"] / fixed["prepare_docs_per_s"]
+            docs = plan["corpora"][w["corpus"]]["count"]
+            seconds = docs / fixed["prepare_docs_per_s"] + docs * fixed["corpus_download_bytes_per_doc"] / download
+        elif rule == "prepare_training_source" and front:
+            seconds = front["source_s"]
+        elif rule == "prepare_training_data" and w.get("stream") in front.get("data_s", {}):
+            seconds = front["data_s"][w["stream"]]
         else:
             seconds = 0.0 if rule == "all" else float(fixed["fixed_s"].get(rule, fixed["default_s"]))
         out.append(Job(j["id"], rule, j["threads"], seconds, tuple(j["deps"]), j["gpus"], j["priority"],
                        " ".join([rule, *w.values()])))
     return out
+
+
+def training_front(config: Mapping[str, Any], throughputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Seconds of prepare_training_source (its download) and of each stream's prepare_training_data (hash
+    the raw collection and the queries, map the triples a run reads, write its examples), from the measured
+    rates of an ir_datasets source the throughputs know (``jobs.training_sources``); {} for any other."""
+    data, jobs = config["training"]["data"], throughputs["jobs"]
+    rates = jobs.get("training_sources", {}).get(str(data.get("id")))
+    if data["source"] != "ir_datasets" or not rates:
+        return {}
+    import ir_datasets
+
+    source = ir_datasets.load(data["id"])
+    fixed_s = source.docs_count() / rates["hash_docs_per_s"] + source.queries_count() / rates["hash_queries_per_s"]
+    streams = [run_stream(resolve_recipe(config, b, run)) for b, run in models(config) if run != PUBLISHED_RUN]
+    return {"source_s": rates["download_bytes"] / (jobs["download_mb_per_s"] * 1e6),
+            "data_s": {stream_name(s): fixed_s + (s["examples"] + s["shuffle_buffer"]) / rates["map_pairs_per_s"]
+                       + s["examples"] / rates["examples_per_s"] for s in streams}}
 
 
 def part_hours(corpus_h: float, docs: int, part: int, parts: int, startup_h: float) -> float:
@@ -197,6 +225,7 @@ def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores:
     throughputs_path = Path(throughputs_file or THROUGHPUTS_PATH).resolve()
     throughputs = load_throughputs(throughputs_path)
     plan = build_plan(config, throughputs, root)
+    plan["training_front"] = training_front(config, throughputs)
     gpus = gpus if gpus_per_job(config) else 0
     jobs = dry_run_jobs(configfile, cores, gpus, root)
     plan["jobs"] = dict(Counter(j["rule"] for j in jobs))

@@ -22,11 +22,14 @@ refusing one made for another stream or too short for the run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import itertools
 import json
 import logging
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -68,22 +71,76 @@ def _irds_dataset(ds_id: str) -> Any:
     return dataset
 
 
+def _small_triples(dataset: Any) -> tuple[Any, Any, Any] | None:
+    """(mapper, download, local copy) of a doc-pairs handler that ir_datasets builds as MS MARCO's
+    triples-small is built: a ``Cache`` of ``MapSmallTriplesQidPid`` over a tar download. None for any
+    other handler, or once that Cache exists (reading it is then the fastest way)."""
+    from ir_datasets.datasets.msmarco_passage import MapSmallTriplesQidPid
+    from ir_datasets.formats import TsvDocPairs
+    from ir_datasets.util import Cache, Download, LocalDownload, TarExtract
+
+    handler = dataset.docpairs_handler()
+    cache = getattr(handler, "_dlc", None)
+    if not (isinstance(handler, TsvDocPairs) and isinstance(cache, Cache)
+            and isinstance(cache._streamer, MapSmallTriplesQidPid) and not Path(cache._path).exists()):
+        return None
+    mapper = cache._streamer
+    tar = mapper._streamer
+    download = getattr(tar, "_streamer", None)
+    if not (isinstance(tar, TarExtract) and isinstance(download, Download)):
+        return None
+    local = next((m for m in download.mirrors if isinstance(m, LocalDownload)), None)
+    return (mapper, download, local) if local is not None and hasattr(download, "_path") else None
+
+
 def fetch_irds_source(ds_id: str) -> dict[str, Any]:
     """Make ir_datasets download and cache a training source's doc pairs and queries.
 
-    The first doc pair builds ir_datasets' pair cache (MS MARCO triples-small: a 7.9 GB
-    download whose 39.8M text triples are mapped to ids); the texts come from the docs store,
-    which the corpus preparation builds.
+    MS MARCO triples-small: its 7.9 GB tar is downloaded (md5-checked) to ir_datasets' local-copy
+    place, ``downloads/<md5>``, and not mapped: mapping its 39.8M text triples to ids takes long,
+    and a run reads only the first ones (:func:`_irds_source`). Any other source: the first doc
+    pair builds ir_datasets' caches. The texts come from the docs store the corpus preparation builds.
     """
     dataset = _irds_dataset(ds_id)
-    first = next(iter(dataset.docpairs_iter()), None)
-    if first is None:
+    record: dict[str, Any] = {"id": ds_id, "queries": sum(1 for _ in dataset.queries_iter())}
+    small = _small_triples(dataset)
+    if small is not None:
+        _, download, local = small
+        local_path = Path(local._path)
+        if not local_path.exists():
+            local_path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(download.path(), local_path)  # a temporary file until then: a crash leaves none here
+        return {**record, "docpairs": "downloaded", "local_copy": str(local_path)}
+    if next(iter(dataset.docpairs_iter()), None) is None:
         raise TrainingDataError(f"training.data.id = {ds_id!r}: ir_datasets gives no doc pairs")
-    return {"id": ds_id, "queries": sum(1 for _ in dataset.queries_iter())}
+    return {**record, "docpairs": "cached"}
 
 
-def _irds_source(ds_id: str) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
+class _FirstLines:
+    """The first ``n`` lines a stream-maker yields, as a stream ir_datasets' formats read."""
+
+    def __init__(self, lines: Callable[[], Iterable[bytes]], n: int):
+        self._lines, self._n = lines, n
+
+    @contextlib.contextmanager
+    def stream(self) -> Iterator[Any]:
+        from ir_datasets.util import IterStream
+
+        yield io.BufferedReader(IterStream(itertools.islice(self._lines(), self._n)))
+
+
+def _irds_source(ds_id: str, reads: int | None = None) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
     dataset = _irds_dataset(ds_id)
+    pairs = dataset.docpairs_iter
+    small = _small_triples(dataset) if reads else None
+    if small is not None and Path(small[2]._path).exists():
+        # ir_datasets' own mapping, stopped after the first ``reads`` triples: the same pairs as the
+        # first ones of its full cache, without mapping all 39.8M
+        from ir_datasets.formats import TsvDocPairs
+
+        mapper, download, local = small
+        download._path = Path(local._path)  # read the local copy in place (ir_datasets would copy it first)
+        pairs = TsvDocPairs(_FirstLines(lambda: iter(mapper), reads), dataset.docpairs_cls()).docpairs_iter
     store = dataset.docs_store()
     queries: dict[str, str] = {}
 
@@ -94,16 +151,18 @@ def _irds_source(ds_id: str) -> tuple[Callable[[], Iterable[Any]], Callable[[Any
                 "pos_id": pair.doc_id_a, "positive": store.get(pair.doc_id_a).text,
                 "neg_ids": [pair.doc_id_b], "negatives": [store.get(pair.doc_id_b).text]}
 
-    return dataset.docpairs_iter, materialise
+    return pairs, materialise
 
 
-def _source(spec: Mapping[str, Any], root: Path) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
-    """(factory of cheap raw records, record -> example) for a ``training.data`` spec."""
+def _source(spec: Mapping[str, Any], root: Path, reads: int | None = None
+            ) -> tuple[Callable[[], Iterable[Any]], Callable[[Any], Example]]:
+    """(factory of cheap raw records, record -> example) for a ``training.data`` spec; with ``reads``,
+    a factory may stop after that many records."""
     src = spec.get("source")
     if src == "ir_datasets":
         if "id" not in spec:
             raise TrainingDataError("training.data: source ir_datasets needs an 'id' key")
-        return _irds_source(str(spec["id"]))
+        return _irds_source(str(spec["id"]), reads)
     if src == "tsv_triples":
         path = root / spec["path"]
         return (lambda: iter_triples_tsv(path),
@@ -228,8 +287,9 @@ def prepare_examples(spec: Mapping[str, Any], stream: Mapping[str, Any], out: st
     root = Path(root)
     teacher = load_teacher_scores(root / stream["teacher_scores"]) if stream["teacher_scores"] else None
     n = int(stream["examples"])
+    # the k-th example is drawn once the buffer and k records are read: n examples never read further
     examples = example_stream(spec, stream["seed"], shuffle_buffer=stream["shuffle_buffer"], teacher=teacher,
-                              root=root)
+                              root=root, reads=n + int(stream["shuffle_buffer"]))
     with atomic_file(out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for ex in tqdm(itertools.islice(examples, n), total=n, desc="prepare examples", unit="ex", mininterval=5):
             fh.write(json.dumps(ex, ensure_ascii=False) + "\n")
@@ -289,9 +349,11 @@ def training_stream(spec: Mapping[str, Any], recipe: Mapping[str, Any], start: i
 
 
 def example_stream(spec: Mapping[str, Any], seed: int, start: int = 0, shuffle_buffer: int = 10_000,
-                   teacher: TeacherScores | None = None, root: str | Path = ".") -> Iterator[Example]:
-    """Endless seeded stream of examples, beginning after the first ``start`` of them."""
-    records, materialise = _source(spec, Path(root))
+                   teacher: TeacherScores | None = None, root: str | Path = ".", reads: int | None = None
+                   ) -> Iterator[Example]:
+    """Endless seeded stream of examples, beginning after the first ``start`` of them. With ``reads``, the
+    source may stop after that many records: the first ``reads - shuffle_buffer`` examples are the same."""
+    records, materialise = _source(spec, Path(root), reads)
     index, epoch = 0, 0
     while True:
         n_epoch = 0
