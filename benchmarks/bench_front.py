@@ -22,7 +22,8 @@ its duplicate-id pass (docs/s); each step of ir_datasets' ``MapSmallTriplesQidPi
 raw collection, the train queries, mapping the triples; through its progress bars); the examples
 of one stream written. Twice: ``now`` (the source job keeps the download; the examples job maps
 only the triples it reads) and ``before`` (every triple mapped into ir_datasets' pair cache, the
-examples then read from it); the two examples files must be equal (``examples_identical``). The last line is a JSON summary; ``--out`` writes the report.
+examples then read from it); the two examples files must be equal (``examples_identical``).
+The report is printed as JSON; ``--out`` writes it too.
 
     .venv/bin/python benchmarks/bench_front.py --out benchmarks/results/bench_front.json
 """
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -183,7 +183,8 @@ def main() -> None:
                 "(real pool passages and real queries, repeated with a copy number appended; see the docstring)",
         "date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "matmul_gflops_1thread": gflops, "python": platform.python_version(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True).stdout.strip(),
         "sizes": {"docs": args.docs, "queries": args.queries, "triples": args.triples, "examples": args.examples,
                   "shuffle_buffer": args.shuffle_buffer, "planted_bytes": sizes},
         "prepare_corpus": {"docs_store_s": res["docs_store_s"], "unique_ids_s": res["unique_ids_s"],

@@ -78,8 +78,9 @@ rule prepare_queries:
 
 rule prepare_training_source:
     """An ir_datasets training source's doc pairs and queries cached once in $IR_DATASETS_HOME
-    (MS MARCO triples-small: a 7.9 GB download, 39.8M text triples mapped to ids), after the docs
-    store their texts come from; the prepare_training_data jobs then only read these caches."""
+    (MS MARCO triples-small: its 7.9 GB archive kept as ir_datasets' local copy; each
+    prepare_training_data job maps only the triples it reads), after the docs store their texts
+    come from; the prepare_training_data jobs then only read these files."""
     input:
         [prepared_corpus(TRAINING_CORPUS[0])] if TRAINING_CORPUS else [],
     output:

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from splade_rescale.config import ConfigError, gpus_per_job, load_config, local_threads
-from splade_rescale.costs.plan import (THROUGHPUTS_PATH, build_plan, host_at_once, load_throughputs, models,
-                                      render_bill)
+from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, host_at_once, load_throughputs, models, render_bill
 from splade_rescale.data.corpora import part_range
 from splade_rescale.runs import PUBLISHED_RUN
 from splade_rescale.training.data import run_stream, stream_name

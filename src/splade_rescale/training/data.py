@@ -18,6 +18,9 @@ The workflow does not stream an ``ir_datasets`` or ``tsv_triples`` source inside
 ``steps x batch_size`` examples of a recipe's stream to a local JSONL file, and
 :func:`training_stream` reads that file (``prepared`` in the spec) in the same order,
 refusing one made for another stream or too short for the run.
+
+Over 400 lines because the sources, their seeded order and the prepared file are one contract (example
+``i`` of a stream): split apart, each part would have to restate the others' order.
 """
 
 from __future__ import annotations
