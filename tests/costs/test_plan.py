@@ -81,6 +81,15 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
             (threads[kind], int(kind != "lucene"))}, rule
     # the direct impact indexer keeps one core busy: one thread a job, so that they run side by side
     assert {(j["threads"], j["gpus"]) for j in jobs if j["rule"] == "impact_index"} == {(1, 0)}
+    # MS MARCO's training front is timed from its measured rates, for each stream the dry run prepares
+    measured = load_throughputs()["jobs"]
+    rates = measured["training_sources"]["msmarco-passage/train/triples-small"]
+    front = eight["training_front"]
+    assert set(front["data_s"]) == {j["wildcards"]["stream"] for j in jobs if j["rule"] == "prepare_training_data"}
+    assert front["source_s"] == pytest.approx(rates["download_bytes"] / (measured["download_mb_per_s"] * 1e6))
+    hashed = 8_841_823 / rates["hash_docs_per_s"] + 808_731 / rates["hash_queries_per_s"]
+    assert front["data_s"]["seed42-buffer10000-90000"] == pytest.approx(
+        hashed + 100_000 / rates["map_pairs_per_s"] + 90_000 / rates["examples_per_s"])
 
 
 def test_peak_host_memory_adds_up_the_jobs_running_at_once() -> None:

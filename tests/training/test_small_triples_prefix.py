@@ -5,8 +5,9 @@ queries; 3,000 triples of random passage pairs: synthetic pairing) is planted wh
 looks before it downloads (``benchmarks/bench_front.py``'s ``plant``), and ir_datasets' own
 ``msmarco-passage/train/triples-small`` runs on it in a fresh interpreter: once the way ir_datasets
 does by default (its ``MapSmallTriplesQidPid`` Cache over all triples, then the examples), once
-the way ``prepare-training-source`` and ``prepare-training-data`` now do (the tar kept as the local
-copy, only the first triples mapped). The examples files must be equal byte for byte.
+the way ``prepare-training-source`` and ``prepare-training-data`` now do (the tar downloaded through
+ir_datasets, from the planted file as its mirror, and kept as the local copy; only the first
+triples mapped). The examples files must be equal byte for byte.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ CHILD = r'''
 import hashlib, shutil, sys
 from pathlib import Path
 import ir_datasets
+from ir_datasets.util import LocalDownload
 from splade_rescale.training.data import fetch_irds_source, prepare_examples
 
 home, tar, mode, n, buffer = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -33,14 +35,16 @@ dataset = ir_datasets.load(ds_id)
 cache = dataset.docpairs_handler()._dlc
 download = cache._streamer._streamer._streamer
 download.expected_md5 = hashlib.md5(tar.read_bytes()).hexdigest()  # the planted tar's, not the real one's
-local = download.mirrors[0]._path
-local.parent.mkdir(parents=True, exist_ok=True)
-shutil.copyfile(tar, local)
+local = download.mirrors[0]._path  # downloads/<md5>, the local copy ir_datasets reads before any mirror
 ir_datasets.load("msmarco-passage").docs_store().build()  # prepare_corpus
 if mode == "full":
+    local.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tar, local)
     assert sum(1 for _ in dataset.docpairs_iter()) == 3000  # the whole Cache, as before
 else:
+    download.mirrors.insert(1, LocalDownload(tar))  # the planted tar stands in for the dataset's host
     assert fetch_irds_source(ds_id)["docpairs"] == "downloaded"
+    assert local.read_bytes() == tar.read_bytes()
 stream = {"seed": 7, "shuffle_buffer": buffer, "teacher_scores": None, "examples": n}
 prepare_examples({"source": "ir_datasets", "id": ds_id}, stream, home / "examples.jsonl")
 print("CACHE", Path(cache._path).exists())

@@ -110,9 +110,10 @@ def fetch_irds_source(ds_id: str) -> dict[str, Any]:
     if small is not None:
         _, download, local = small
         local_path = Path(local._path)
-        if not local_path.exists():
+        if not local_path.exists():  # downloaded to a temporary file, md5-checked, then moved in whole
             local_path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(download.path(), local_path)  # a temporary file until then: a crash leaves none here
+            with atomic_file(local_path) as tmp:
+                shutil.move(download.path(), tmp)
         return {**record, "docpairs": "downloaded", "local_copy": str(local_path)}
     if next(iter(dataset.docpairs_iter()), None) is None:
         raise TrainingDataError(f"training.data.id = {ds_id!r}: ir_datasets gives no doc pairs")
