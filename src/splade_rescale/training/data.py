@@ -111,6 +111,8 @@ def fetch_irds_source(ds_id: str) -> dict[str, Any]:
         _, download, local = small
         local_path = Path(local._path)
         if not local_path.exists():  # downloaded to a temporary file, md5-checked, then moved in whole
+            log.info("downloading %s's doc pairs to %s (not mapped here: each prepared stream maps the triples "
+                     "it reads)", ds_id, local_path)
             local_path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_file(local_path) as tmp:
                 shutil.move(download.path(), tmp)
@@ -144,6 +146,8 @@ def _irds_source(ds_id: str, reads: int | None = None) -> tuple[Callable[[], Ite
 
         mapper, download, local = small
         download._path = Path(local._path)  # read the local copy in place (ir_datasets would copy it first)
+        log.info("%s: mapping the first %d triples of %s with ir_datasets' MapSmallTriplesQidPid (its full "
+                 "pair cache is not built)", ds_id, reads, local._path)
         pairs = TsvDocPairs(_FirstLines(lambda: iter(mapper), reads), dataset.docpairs_cls()).docpairs_iter
     store = dataset.docs_store()
     queries: dict[str, str] = {}
