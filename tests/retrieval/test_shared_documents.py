@@ -134,3 +134,16 @@ def test_a_corpus_that_shares_nothing_is_encoded_as_before(encoder, corpora: dic
     assert "shared_docs" not in checked and checked["n_docs"] == plain["n_docs"] == 40
     assert [p.read_bytes() for p in sorted((tmp_path / "plain").iterdir())] == [
         p.read_bytes() for p in sorted((tmp_path / "corpora" / "a").iterdir())]
+
+
+def test_parts_share_and_join_into_the_corpus(encoder, corpora: dict, tmp_path: Path) -> None:
+    """Corpus a in two parts (documents 0-23, 24-39; b's digests present): the joined collection holds a's
+    documents with the vectors of a one-job encode, and its statistics are a one-job encode's."""
+    one = _encode(encoder, corpora, "a", tmp_path / "alone" / "a", share=False)
+    parts = [tmp_path / f"results/encoded/m/r/corpora/a.parts/{p}-of-2" for p in range(2)]
+    stats = [_encode(encoder, corpora, "a", out, share=True, part=p, parts=2) for p, out in enumerate(parts)]
+    assert [(s["n_docs"], s["shared_docs"]) for s in stats] == [(24, 4), (16, 16)]
+    joined = encode.join_parts(parts, tmp_path / "results/encoded/m/r/corpora/a")
+    assert _lines(tmp_path / "results/encoded/m/r/corpora/a") == _lines(tmp_path / "alone" / "a")
+    for key in ("n_docs", "mean_nnz_per_doc", "term_df", "n_docs_empty_vector"):
+        assert joined[key] == one[key], key
