@@ -174,7 +174,7 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
                  "bm25_retrieve": lambda: bm25["retrieve_core_h"][w["dataset"]] / min(j["threads"], cores)}
         if rule in hours:
             seconds = hours[rule]() * 3600
-        elif rule == "prepare_corpus" and w.get("corpus") in plan["corpora"]:
+        elif rule in ("prepare_corpus", "corpus_digests") and w.get("corpus") in plan["corpora"]:  # a pass each
             seconds = plan["corpora"][w["corpus"]]["count"] / fixed["prepare_docs_per_s"]
         else:
             seconds = 0.0 if rule == "all" else float(fixed["fixed_s"].get(rule, fixed["default_s"]))

@@ -76,20 +76,20 @@ def read_digests(path: str | Path) -> np.ndarray:
 def shared_mask(name: str, digests: np.ndarray, others: Mapping[str, Path]) -> np.ndarray:
     """Which of a corpus's documents (its ``digests``) another corpus holds too; ``others``: name -> digests file."""
     mask = np.zeros(len(digests), dtype=bool)
-    head = _first_words(digests)
+    head = first_words(digests)
     for other, path in others.items():
         if other == name:
             continue
         if not Path(path).is_file():
             log.info("corpus %s: no digests yet (%s): not shared with", other, path)
             continue
-        found = np.isin(head, _first_words(read_digests(path)))
+        found = np.isin(head, first_words(read_digests(path)))
         log.info("corpus %s: %d of its %d documents are also in %s", name, int(found.sum()), len(digests), other)
         mask |= found
     return mask
 
 
-def _first_words(digests: np.ndarray) -> np.ndarray:
+def first_words(digests: np.ndarray) -> np.ndarray:
     """Each digest's first 8 bytes as an integer: numpy sorts these many times faster than 16-byte keys. A rare
     equal prefix only sends a document through the store, which matches whole digests: never a wrong vector."""
     return np.frombuffer(digests.tobytes(), dtype="<u8")[::2]
