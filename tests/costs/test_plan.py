@@ -155,6 +155,7 @@ def test_documents_two_corpora_share_are_billed_once_when_their_digests_exist(tm
                                                for i in range(before["corpora"][second]["count"] - 100)]))
     after = build_plan(config, load_throughputs(), tmp_path)
     assert after["totals"]["shared_docs_per_model"] == 100 and after["totals"]["sharing_bound_gpu_h"] == 0
+    assert after["totals"]["final_bytes"] > before["totals"]["final_bytes"]  # each model's store is kept
     for a, b in zip(after["models"], before["models"]):
         assert a["encode_corpus_h"][first] == b["encode_corpus_h"][first]
         assert a["encode_corpus_h"][second] < b["encode_corpus_h"][second]

@@ -147,3 +147,18 @@ def test_parts_share_and_join_into_the_corpus(encoder, corpora: dict, tmp_path: 
     assert _lines(tmp_path / "results/encoded/m/r/corpora/a") == _lines(tmp_path / "alone" / "a")
     for key in ("n_docs", "mean_nnz_per_doc", "term_df", "n_docs_empty_vector"):
         assert joined[key] == one[key], key
+
+
+def test_the_size_guard_judges_shared_documents_too(encoder, corpora: dict, tmp_path: Path) -> None:
+    """A corpus of 20 of a's documents only: nothing of its own to encode, yet a too-dense model stops at its
+    first shared documents (encoding.index_budget_gb), before the store fills, and leaves no scratch behind."""
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c/corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": t}) + "\n"
+                                                     for d, t in corpora["a"]["docs"][20:]))
+    c = {"spec": {"source": "beir_local", "path": str(tmp_path / "c")}, "digests": tmp_path / "c.digests"}
+    write_corpus_digests("c", c["spec"], c["digests"])
+    out = tmp_path / "results/encoded/m/r/corpora/c"
+    with pytest.raises(encode.TooDenseError, match="too dense"):
+        _encode(encoder, {"a": corpora["a"], "c": c}, "c", out, share=True, budget_gb=1e-9)
+    assert not list((tmp_path / "results/encoded/m/r/shared").rglob("*.piece"))
+    assert sorted(p.name for p in out.parent.iterdir()) == []

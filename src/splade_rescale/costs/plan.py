@@ -186,6 +186,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         row["encode_gpu_h"] = sum(row["encode_corpus_h"].values()) + row["query_gpu_h"]
         row["index_bytes"] = sum(s.count for s in corpus_sizes.values()) * disk["impact_index_bytes_per_doc"]
         row["shard_bytes"] = sum(s.count for s in corpus_sizes.values()) * disk["shard_bytes_per_doc"]
+        row["shared_store_bytes"] = sum(shared["docs"].values()) * disk["shard_bytes_per_doc"]  # kept: a cache
         row["other_bytes"] = sum(s.count for s in query_sizes.values()) * (
             disk["query_vector_bytes_per_query"] + k * disk["run_bytes_per_hit"])
         rows.append(row)
@@ -196,7 +197,8 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
             "bytes": sum(s.count * s.words for s in corpus_sizes.values()) * disk["bm25_index_bytes_per_word"]
             + sum(s.count for s in query_sizes.values()) * k * disk["run_bytes_per_hit"]}
     backbones = sum(4 * shapes[b].parameters for b in config["backbones"])
-    final = (sum(r["index_bytes"] + r["model_bytes"] + r["other_bytes"] for r in rows) + bm25["bytes"] + backbones)
+    final = (sum(r["index_bytes"] + r["model_bytes"] + r["other_bytes"] + r["shared_store_bytes"] for r in rows)
+             + bm25["bytes"] + backbones)
     largest = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
     totals = {"train_gpu_h": sum(r["train_gpu_h"] for r in rows), "encode_gpu_h": sum(r["encode_gpu_h"] for r in rows),
               "index_core_h": sum(sum(r["index_core_h"].values()) for r in rows) + sum(bm25["index_core_h"].values()),
@@ -315,7 +317,8 @@ ASSUMPTIONS = (
     "nothing is subtracted and the bill gives an upper bound of the saving: every document of each corpus that "
     "the earlier corpora's counts could hold.",
     "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
-    "largest corpus's shards; the end = impact and BM25 indexes, models (init + final + kept checkpoints "
+    "largest corpus's shards; the end = impact and BM25 indexes, each model's store of shared documents, "
+    "models (init + final + kept checkpoints "
     "with AdamW state at 12 B a parameter), backbones, query vectors and runs. The Hugging Face and "
     "ir_datasets caches are not counted.",
     "Memory: see splade_rescale.costs.plan.peak_memory; a Lucene job what it declares (mem_mb: "

@@ -528,10 +528,20 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
         "quantization": quantization, "max_active_dims": max_active_dims, **numerics, "batch_size": batching.size,
         "batch_tokens": batching.tokens, "chunk_size": chunk_size})
 
+    judged = not budgets.active()
+
     def encode_lines(docs: Sequence[tuple[str, str]]) -> list[bytes]:
+        nonlocal judged
         windows = (docs[i:i + chunk_size] for i in range(0, len(docs), chunk_size))
-        return [line for window, batches in _encode_chunks(enc, windows, batching, quantization, max_active_dims)
-                for line in VectorLines().ordered([doc_prefix(d) for d, _ in window], batches).splitlines(True)]
+        lines, nnz = [], 0
+        for window, batches in _encode_chunks(enc, windows, batching, quantization, max_active_dims):
+            lines += VectorLines().ordered([doc_prefix(d) for d, _ in window], batches).splitlines(True)
+            nnz += sum(int(rows.indptr[-1]) for _, rows in batches)
+        if not judged:  # the size guard on the first shared documents encoded, as on a corpus's first window
+            c = gzip_compressor()
+            _check_budgets(len(lines), len(c.compress(b"".join(lines))) + len(c.flush()), nnz, budgets)
+            judged = True
+        return lines
 
     sharing = fill_store(store, range_docs(), digests, mask, out_dir.with_name(f".{out_dir.name}.shared"),
                          encode_lines)

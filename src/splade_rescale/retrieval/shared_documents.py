@@ -187,7 +187,7 @@ def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.
             if missing[i]:
                 files[int(buckets[i])].write(json.dumps([digests[i].tobytes().hex(), docid, text]) + "\n")
     encoded = 0
-    with store.running() as backwards:
+    with store.running() as backwards, _removed(scratch):
         for b in tqdm(todo[::-1] if backwards else todo, desc="shared buckets", unit="bucket", mininterval=5):
             rows = [json.loads(line) for line in (scratch / f"{b:02x}.jsonl").read_text(encoding="utf-8").splitlines()]
             have = set(store.digests(b).tolist())  # published by another job since the pass
@@ -195,9 +195,16 @@ def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.
             if rows:
                 store.publish(b, [bytes.fromhex(r[0]) for r in rows], encode_lines([(r[1], r[2]) for r in rows]))
             encoded += len(rows)
-    shutil.rmtree(scratch)
     return {"shared_docs": int(mask.sum()), "shared_encoded_docs": encoded,
             "shared_reused_docs": int(mask.sum()) - encoded}
+
+
+@contextmanager
+def _removed(folder: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarray, out_dir: Path, first_shard: int,
