@@ -61,7 +61,7 @@ def main() -> None:
         indptr = np.arange(n + 1, dtype=np.int64) * args.nnz
         terms = np.sort(rng.integers(1000, 30_000, (n, args.nnz)), axis=1).ravel().astype(np.int32)
         rows = SparseRows(indptr, terms, rng.integers(1, 200, n * args.nnz).astype(np.int32))
-        return lines.rows([doc_prefix(d) for d, _ in batch], rows)
+        return lines.rows([doc_prefix(d) for d, _ in batch], rows), list(terms.reshape(n, args.nnz))
 
     figures = {}
     t = time.perf_counter()

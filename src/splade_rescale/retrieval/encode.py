@@ -530,18 +530,24 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
 
     judged = not budgets.active()
 
-    def encode_lines(docs: Sequence[tuple[str, str]]) -> list[bytes]:
+    def encode_lines(docs: Sequence[tuple[str, str]]) -> tuple[list[bytes], list[np.ndarray]]:
         nonlocal judged
         windows = (docs[i:i + chunk_size] for i in range(0, len(docs), chunk_size))
-        lines, nnz = [], 0
+        lines: list[bytes] = []
+        terms: list[np.ndarray] = []
         for window, batches in _encode_chunks(enc, windows, batching, quantization, max_active_dims):
             lines += VectorLines().ordered([doc_prefix(d) for d, _ in window], batches).splitlines(True)
-            nnz += sum(int(rows.indptr[-1]) for _, rows in batches)
+            ordered: list[np.ndarray] = [np.zeros(0, dtype=np.int32)] * len(window)
+            for positions, rows in batches:
+                for j, p in enumerate(positions.tolist()):
+                    ordered[p] = rows.terms[rows.indptr[j]:rows.indptr[j + 1]]
+            terms += ordered
         if not judged:  # the size guard on the first shared documents encoded, as on a corpus's first window
             c = gzip_compressor()
-            _check_budgets(len(lines), len(c.compress(b"".join(lines))) + len(c.flush()), nnz, budgets)
+            nbytes = len(c.compress(b"".join(lines))) + len(c.flush())
+            _check_budgets(len(lines), nbytes, sum(len(t) for t in terms), budgets)
             judged = True
-        return lines
+        return lines, terms
 
     sharing = fill_store(store, range_docs(), digests, mask, out_dir.with_name(f".{out_dir.name}.shared"),
                          encode_lines)

@@ -14,8 +14,9 @@ beside, then renamed), so concurrent jobs of one model are correct and at worst 
 twice. Jobs walk the buckets in opposite directions when others are running (markers in ``running/``),
 which makes that rare. A job reads one bucket at a time, so memory stays bounded whatever the corpus.
 
-A piece file: an 8-byte little-endian count ``n``, ``n`` digests, then the gzip of ``n`` lines as a
-shard holds them (``{"id", "contents", "vector"}``).
+A piece file: an 8-byte little-endian count ``n``, ``n`` digests, the byte length of the next member, the
+gzip of ``n`` lines as a shard holds them (``{"id", "contents", "vector"}``), then the gzip of each line's
+term count and term ids (int32, each row's as differences): a corpus's statistics without parsing its lines.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ log = logging.getLogger(__name__)
 DIGEST_BYTES = 16
 DIGEST = f"V{DIGEST_BYTES}"  # numpy dtype of a digest array: raw bytes, sortable (not "S": it strips trailing NULs)
 
-# The encode of a bucket's missing documents: (id, text) pairs -> their shard lines, in order.
-EncodeLines = Callable[[Sequence[tuple[str, str]]], list[bytes]]
+# The encode of a bucket's missing documents: (id, text) pairs -> their shard lines and term ids, in order.
+EncodeLines = Callable[[Sequence[tuple[str, str]]], tuple[list[bytes], list[np.ndarray]]]
 
 
 def doc_digest(docid: str, text: str) -> bytes:
@@ -120,27 +121,35 @@ class SharedStore:
         parts = [_header(p)[0] for p in self.pieces(bucket)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=DIGEST)
 
-    def lines(self, bucket: int, wanted: np.ndarray) -> dict[bytes, bytes]:
-        """The published lines of ``wanted`` digests in one bucket (the first piece that holds each)."""
-        out: dict[bytes, bytes] = {}
+    def lines(self, bucket: int, wanted: np.ndarray) -> dict[bytes, tuple[bytes, np.ndarray]]:
+        """The published line and term ids of ``wanted`` digests in one bucket (the first piece that holds each)."""
+        out: dict[bytes, tuple[bytes, np.ndarray]] = {}
         for path in self.pieces(bucket):
             digests, offset = _header(path)
             if not np.isin(digests, wanted).any():
                 continue
             with open(path, "rb") as f:
                 f.seek(offset)
-                lines = gzip.decompress(f.read()).splitlines(keepends=True)
-            for d, line in zip(digests.tolist(), lines):
-                out.setdefault(d, line)
+                size = int.from_bytes(f.read(8), "little")
+                lines = gzip.decompress(f.read(size)).splitlines(keepends=True)
+                counts_terms = np.frombuffer(gzip.decompress(f.read()), dtype="<i4")
+            ends = np.cumsum(counts_terms[:len(lines)]) + len(lines)
+            for d, line, a, b in zip(digests.tolist(), lines, (ends - counts_terms[:len(lines)]).tolist(),
+                                     ends.tolist()):
+                out.setdefault(d, (line, np.cumsum(counts_terms[a:b])))
         return out
 
-    def publish(self, bucket: int, digests: Sequence[bytes], lines: Sequence[bytes]) -> None:
+    def publish(self, bucket: int, digests: Sequence[bytes], lines: Sequence[bytes],
+                terms: Sequence[np.ndarray]) -> None:
         """One new piece of a bucket, renamed into place once whole (readers never see half of it)."""
-        c = gzip_compressor()
+        c, t = gzip_compressor(), gzip_compressor()
         body = c.compress(b"".join(lines)) + c.flush()
+        ints = np.concatenate([np.array([len(x) for x in terms], dtype="<i4"),  # each row's ids as differences:
+                               *(np.diff(x, prepend=0) for x in terms)]).astype("<i4")  # smaller once gzipped
         final = self.root / f"{bucket:02x}" / f"{uuid.uuid4().hex}.piece"
         with atomic_file(final, fsync=True) as tmp:
-            tmp.write_bytes(len(digests).to_bytes(8, "little") + b"".join(digests) + body)
+            tmp.write_bytes(len(digests).to_bytes(8, "little") + b"".join(digests) + len(body).to_bytes(8, "little")
+                            + body + t.compress(ints.tobytes()) + t.flush())
 
     @contextmanager
     def running(self) -> Iterator[bool]:
@@ -193,7 +202,7 @@ def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.
             have = set(store.digests(b).tolist())  # published by another job since the pass
             rows = [r for r in rows if bytes.fromhex(r[0]) not in have]
             if rows:
-                store.publish(b, [bytes.fromhex(r[0]) for r in rows], encode_lines([(r[1], r[2]) for r in rows]))
+                store.publish(b, [bytes.fromhex(r[0]) for r in rows], *encode_lines([(r[1], r[2]) for r in rows]))
             encoded += len(rows)
     return {"shared_docs": int(mask.sum()), "shared_encoded_docs": encoded,
             "shared_reused_docs": int(mask.sum()) - encoded}
@@ -214,28 +223,29 @@ def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarra
     buckets = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::DIGEST_BYTES]
     stats, k, n_open, out, c = TermStats(), first_shard, 0, None, None
     try:
-        for b in np.unique(buckets[mask]).tolist():
+        for b in tqdm(np.unique(buckets[mask]).tolist(), desc="shared shards", unit="bucket", mininterval=5):
             wanted = digests[np.flatnonzero(mask & (buckets == b))]
             lines = store.lines(b, wanted)
-            terms: list[int] = []
+            terms: list[np.ndarray] = []
             for d in wanted.tolist():
                 if d not in lines:
                     raise RuntimeError(f"{store.root}: the vector of a shared document (digest {d.hex()}) is "
                                        "missing from the store; rerun the encode")
                 if out is None:
                     out, c = open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb"), gzip_compressor()
-                out.write(c.compress(lines[d]))
-                vector = json.loads(lines[d])["vector"]
-                terms.extend(map(int, vector))
+                line, doc_terms = lines[d]
+                out.write(c.compress(line))
+                terms.append(doc_terms)
                 stats.n += 1
-                stats.n_empty += not vector
+                stats.n_empty += not len(doc_terms)
                 n_open += 1
                 if n_open == shard_docs:
                     out.write(c.flush())
                     out.close()
                     out, k, n_open = None, k + 1, 0
             bucket_df = TermStats()
-            bucket_df.nnz, bucket_df.df = len(terms), np.bincount(np.asarray(terms, dtype=np.int64))
+            flat = np.concatenate(terms).astype(np.int64) if terms else np.zeros(0, dtype=np.int64)
+            bucket_df.nnz, bucket_df.df = len(flat), np.bincount(flat)
             stats.merge(bucket_df)
         if out is not None:
             out.write(c.flush())
