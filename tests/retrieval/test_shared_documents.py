@@ -162,3 +162,41 @@ def test_the_size_guard_judges_shared_documents_too(encoder, corpora: dict, tmp_
         _encode(encoder, {"a": corpora["a"], "c": c}, "c", out, share=True, budget_gb=1e-9)
     assert not list((tmp_path / "results/encoded/m/r/shared").rglob("*.piece"))
     assert sorted(p.name for p in out.parent.iterdir()) == []
+
+
+def test_a_killed_encode_keeps_the_buckets_it_published(encoder, corpora: dict, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed while filling the store, the rerun reuses each bucket published before the kill and writes the
+    collection of an uninterrupted run."""
+    straight = tmp_path / "straight/encoded/m/r/corpora/a"
+    _encode(encoder, corpora, "a", straight, share=True)
+    _, enc = encoder
+    real, calls = enc.encode_sparse, [0]
+
+    def failing(batches, *args, **kw):
+        def counted():
+            for batch in batches:
+                calls[0] += 1
+                if calls[0] > 10:  # a's 20 own documents take 5 batches, then 5 of the shared buckets
+                    raise RuntimeError("killed")
+                yield batch
+        return real(counted(), *args, **kw)
+
+    out = tmp_path / "results/encoded/m/r/corpora/a"
+    monkeypatch.setattr(enc, "encode_sparse", failing)
+    with pytest.raises(RuntimeError, match="killed"):
+        _encode(encoder, corpora, "a", out, share=True)
+    monkeypatch.undo()
+    stats = _encode(encoder, corpora, "a", out, share=True)
+    assert stats["shared_reused_docs"] >= 5 and stats["shared_encoded_docs"] == 20 - stats["shared_reused_docs"]
+    assert _lines(out) == _lines(straight)
+
+
+def test_a_job_walks_the_buckets_backwards_while_another_fills_the_store(tmp_path: Path) -> None:
+    from splade_rescale.retrieval.shared_documents import SharedStore
+
+    store = SharedStore(tmp_path, {"model": "m"})
+    with store.running() as first, store.running() as second, store.running() as third:
+        assert (first, second, third) == (False, True, False)
+    assert not list((store.root / "running").iterdir())
+    assert SharedStore(tmp_path, {"model": "other"}).root != store.root  # another model never reads these vectors
