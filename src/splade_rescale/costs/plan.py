@@ -95,11 +95,11 @@ def shared_documents(experiment: str, sizes: Mapping[str, Size], root: Path) -> 
         counts = [s.count for s in sizes.values()]
         return {"counted": False, "docs": {c: 0 for c in sizes},
                 "bound": {c: min(n, sum(counts[:i])) for i, (c, n) in enumerate(zip(sizes, counts))}}
-    docs, seen = {}, np.zeros(0, dtype="<u8")
-    for c, path in paths.items():
-        heads = first_words(read_digests(path))
-        docs[c] = int(np.isin(heads, seen).sum())
-        seen = np.union1d(seen, heads)
+    heads = [first_words(read_digests(p)) for p in paths.values()]
+    first = np.unique(np.concatenate(heads), return_index=True)[1]  # each document's first place, over all
+    ends = np.cumsum([len(h) for h in heads])
+    firsts = np.bincount(np.searchsorted(ends, first, side="right"), minlength=len(heads))
+    docs = {c: len(h) - int(f) for c, h, f in zip(paths, heads, firsts)}
     return {"counted": True, "docs": docs, "bound": docs}
 
 
