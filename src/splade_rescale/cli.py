@@ -340,12 +340,11 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 
 def _sharing(name: str, prepared: Path | None, corpora: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """encode_corpus's ``digests`` and ``others``: the digests files beside each corpus's preparation record."""
-    from splade_rescale.retrieval.shared_documents import digests_path
+    from splade_rescale.retrieval.shared_documents import digests_path, fresh_digests
 
-    if prepared is None:
+    if prepared is None or (own := fresh_digests(prepared)) is None:
         return {}
-    return {"digests": digests_path(prepared),
-            "others": {c: digests_path(e["prepared"]) for c, e in corpora.items() if c != name}}
+    return {"digests": own, "others": {c: digests_path(e["prepared"]) for c, e in corpora.items() if c != name}}
 
 
 @command("join-parts", lambda p: (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,28 @@ def test_a_job_walks_the_buckets_backwards_while_another_fills_the_store(tmp_pat
         assert (first, second, third) == (False, True, False)
     assert not list((store.root / "running").iterdir())
     assert SharedStore(tmp_path, {"model": "other"}).root != store.root  # another model never reads these vectors
+
+
+def test_stale_digests_never_give_a_document_another_text_s_vector(encoder, corpora: dict, tmp_path: Path) -> None:
+    """Corpus a edited in place (a shared document's text) after its digests were written: the encode stops
+    with one line naming the fix instead of copying the old text's vector from the store; and a digests file
+    older than its corpus's preparation record is not used at all."""
+    import os
+
+    from splade_rescale.retrieval.shared_documents import fresh_digests
+
+    folder = tmp_path / "a"
+    shutil.copytree(corpora["a"]["spec"]["path"], folder)
+    lines = (folder / "corpus.jsonl").read_text().splitlines()
+    lines[25] = json.dumps({**json.loads(lines[25]), "text": "an edited text"})
+    (folder / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    edited = {**corpora, "a": {**corpora["a"], "spec": {"source": "beir_local", "path": str(folder)}}}
+    with pytest.raises(ValueError, match="rerun rule corpus_digests"):
+        _encode(encoder, edited, "a", tmp_path / "results/encoded/m/r/corpora/a", share=True)
+    prepared = tmp_path / "a.json"
+    prepared.write_text("{}")
+    shutil.copy(corpora["a"]["digests"], tmp_path / "a.digests")
+    os.utime(tmp_path / "a.digests", (0, 0))
+    assert fresh_digests(prepared) is None
+    os.utime(prepared, (0, 0))
+    assert fresh_digests(prepared) == tmp_path / "a.digests"

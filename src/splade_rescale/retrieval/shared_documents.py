@@ -70,6 +70,16 @@ def write_corpus_digests(name: str, spec: Mapping[str, Any], out: str | Path, ro
     return n
 
 
+def fresh_digests(prepared: str | Path) -> Path | None:
+    """A corpus's digests file, unless it is older than its preparation record (the corpus was prepared again
+    and rule corpus_digests has not run since): then None, and the encode shares nothing."""
+    path, prepared = digests_path(prepared), Path(prepared)
+    if path.is_file() and prepared.is_file() and path.stat().st_mtime < prepared.stat().st_mtime:
+        log.info("%s: older than %s: not used until rule corpus_digests writes it again", path, prepared)
+        return None
+    return path
+
+
 def read_digests(path: str | Path) -> np.ndarray:
     return np.fromfile(path, dtype=DIGEST)
 
@@ -193,6 +203,9 @@ def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.
         files = {b: stack.enter_context(open(scratch / f"{b:02x}.jsonl", "w", encoding="utf-8")) for b in todo}
         for i, (docid, text) in enumerate(tqdm(docs, total=len(mask), desc="shared documents", unit="doc",
                                                mininterval=5)):
+            if mask[i] and doc_digest(docid, text) != digests[i].tobytes():  # a vector is found by its digest
+                raise ValueError(f"document {docid!r}: its digest is not that of its text (the corpus changed "
+                                 "since its digests were written); fix: rerun rule corpus_digests, then this encode")
             if missing[i]:
                 files[int(buckets[i])].write(json.dumps([digests[i].tobytes().hex(), docid, text]) + "\n")
     encoded = 0
