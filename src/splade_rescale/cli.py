@@ -332,19 +332,25 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
                       total=prepared_docs(args.prepared) if args.prepared else None,
                       model_budget_gb=run["model_budget_gb"], model_docs=model_docs,
                       files_sha256=prepared_files_digest(args.prepared) if args.prepared else None,
-                      part=args.part, parts=args.parts, **_sharing(args.name, args.prepared, run["model_corpora"]))
+                      part=args.part, parts=args.parts,
+                      **_sharing(args.name, args.prepared, run["model_corpora"], args.out))
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
 
 
-def _sharing(name: str, prepared: Path | None, corpora: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """encode_corpus's ``digests`` and ``others``: the digests files beside each corpus's preparation record."""
-    from splade_rescale.retrieval.shared_documents import digests_path, fresh_digests
+def _sharing(name: str, prepared: Path | None, corpora: Mapping[str, Mapping[str, Any]], out: Path
+             ) -> dict[str, Any]:
+    """encode_corpus's ``digests`` and ``others``: the digests files beside each corpus's preparation record,
+    of the model's corpora that may still share (:func:`may_share`, by their statistics beside ``out``)."""
+    from splade_rescale.retrieval.encode import stats_path_for
+    from splade_rescale.retrieval.shared_documents import digests_path, fresh_digests, may_share, store_root
 
     if prepared is None or (own := fresh_digests(prepared)) is None:
         return {}
-    return {"digests": own, "others": {c: digests_path(e["prepared"]) for c, e in corpora.items() if c != name}}
+    encoded = store_root(out).parent / "corpora"
+    return {"digests": own, "others": {c: digests_path(e["prepared"]) for c, e in corpora.items()
+                                       if c != name and may_share(stats_path_for(encoded / c))}}
 
 
 @command("join-parts", lambda p: (

@@ -226,3 +226,14 @@ def test_stale_digests_never_give_a_document_another_text_s_vector(encoder, corp
     assert fresh_digests(prepared) is None
     os.utime(prepared, (0, 0))
     assert fresh_digests(prepared) == tmp_path / "a.digests"
+
+
+def test_a_corpus_encoded_without_the_store_is_no_longer_shared_with(tmp_path: Path) -> None:
+    from splade_rescale.retrieval.shared_documents import may_share
+
+    stats = tmp_path / "x.stats.json"
+    assert may_share(stats)  # yet to be encoded: it will reuse what this job publishes
+    stats.write_text(json.dumps({"n_docs": 40}))
+    assert not may_share(stats)  # encoded alone: its vectors are gone with its shards
+    stats.write_text(json.dumps({"n_docs": 40, "shared_docs": 20}))
+    assert may_share(stats)

@@ -80,6 +80,18 @@ def fresh_digests(prepared: str | Path) -> Path | None:
     return path
 
 
+def may_share(stats: Path) -> bool:
+    """Whether a corpus of the model can still share vectors (``stats``: its encode's statistics): it is yet
+    to be encoded, or its encode went through the store. One encoded without it left no vector to reuse,
+    and will not read any: documents shared with it alone are encoded as the corpus's own."""
+    if not stats.is_file():
+        return True
+    try:
+        return "shared_docs" in json.loads(stats.read_text())
+    except (OSError, ValueError):
+        return True
+
+
 def read_digests(path: str | Path) -> np.ndarray:
     return np.fromfile(path, dtype=DIGEST)
 
@@ -232,7 +244,7 @@ def _removed(folder: Path) -> Iterator[None]:
 def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarray, out_dir: Path, first_shard: int,
                         shard_docs: int) -> TermStats:
     """This corpus's shared documents, bucket by bucket from the store, as shards ``first_shard``, ... of
-    ``shard_docs`` documents in ``out_dir``; their statistics (from the lines' vectors)."""
+    ``shard_docs`` documents in ``out_dir``; their statistics (from the term ids the pieces keep)."""
     buckets = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::DIGEST_BYTES]
     stats, k, n_open, out, c = TermStats(), first_shard, 0, None, None
     try:
