@@ -138,8 +138,9 @@ def test_smaller_models_encode_first_and_an_unknown_size_last(tmp_path: Path) ->
 
 
 def test_documents_two_corpora_share_are_billed_once_when_their_digests_exist(tmp_path: Path) -> None:
-    """The demo's two corpora. Before digests: an upper bound of the saving, nothing subtracted. Then
-    synthetic digests files: the second corpus holds 100 of the first's documents, which a model encodes once."""
+    """The demo's two corpora. Before both digests exist: an upper bound of the saving, nothing subtracted.
+    Then synthetic digests files: the second corpus holds 100 of the first's documents, which a model encodes
+    once, and no bound is left."""
     from splade_rescale.retrieval.shared_documents import doc_digest
 
     (tmp_path / "resources").symlink_to(REPO / "resources")
@@ -151,6 +152,8 @@ def test_documents_two_corpora_share_are_billed_once_when_their_digests_exist(tm
     folder.mkdir(parents=True)
     own = [doc_digest(str(i), "text") for i in range(before["corpora"][first]["count"])]
     (folder / f"{first}.digests").write_bytes(b"".join(own))
+    one = build_plan(config, load_throughputs(), tmp_path)  # one corpus's digests: nothing to count yet
+    assert one["totals"]["shared_docs_per_model"] == 0 and one["totals"]["sharing_bound_gpu_h"] > 0
     (folder / f"{second}.digests").write_bytes(b"".join(own[:100] + [doc_digest(str(i), "other")
                                                for i in range(before["corpora"][second]["count"] - 100)]))
     after = build_plan(config, load_throughputs(), tmp_path)

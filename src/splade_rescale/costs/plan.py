@@ -85,22 +85,26 @@ def query_size(name: str, spec: Mapping[str, Any], root: Path, text: Mapping[str
 
 def shared_documents(experiment: str, sizes: Mapping[str, Size], root: Path) -> dict[str, Any]:
     """Documents of each corpus that an earlier corpus (config order) holds too, which a model encodes once
-    (:mod:`splade_rescale.retrieval.shared_documents`): counted from the corpora's digests
-    (``results/{experiment}/data/corpora/{corpus}.digests``) where all exist; before that, ``bound``: at most
-    every document of a corpus that an earlier one could hold (its count, capped by theirs), an upper bound."""
+    (:mod:`splade_rescale.retrieval.shared_documents`): ``docs``, counted between the corpora whose digests
+    exist (``results/{experiment}/data/corpora/{corpus}.digests``); ``bound``: what a corpus whose digests,
+    or an earlier one's, do not exist yet could share at most (its count, capped by theirs), an upper bound."""
     from splade_rescale.retrieval.shared_documents import digests_path, first_words, read_digests
 
     paths = {c: digests_path(root / "results" / experiment / "data" / "corpora" / f"{c}.json") for c in sizes}
-    if not all(p.is_file() for p in paths.values()):
-        counts = [s.count for s in sizes.values()]
-        return {"counted": False, "docs": {c: 0 for c in sizes},
-                "bound": {c: min(n, sum(counts[:i])) for i, (c, n) in enumerate(zip(sizes, counts))}}
-    heads = [first_words(read_digests(p)) for p in paths.values()]
-    first = np.unique(np.concatenate(heads), return_index=True)[1]  # each document's first place, over all
-    ends = np.cumsum([len(h) for h in heads])
-    firsts = np.bincount(np.searchsorted(ends, first, side="right"), minlength=len(heads))
-    docs = {c: len(h) - int(f) for c, h, f in zip(paths, heads, firsts)}
-    return {"counted": True, "docs": docs, "bound": docs}
+    present = [c for c, p in paths.items() if p.is_file()]
+    heads = [first_words(read_digests(paths[c])) for c in present]
+    docs = dict.fromkeys(sizes, 0)
+    if heads:
+        first = np.unique(np.concatenate(heads), return_index=True)[1]  # each document's first place, over all
+        firsts = np.bincount(np.searchsorted(np.cumsum([len(h) for h in heads]), first, side="right"),
+                             minlength=len(heads))
+        docs.update({c: len(h) - int(f) for c, h, f in zip(present, heads, firsts)})
+    bound, earlier, earlier_missing = {}, 0, 0
+    for c, s in sizes.items():
+        bound[c] = min(s.count - docs[c], earlier_missing if c in present else earlier)
+        earlier += s.count
+        earlier_missing += 0 if c in present else s.count
+    return {"docs": docs, "bound": bound}
 
 
 def tokens(words: float, tokens_per_word: float, max_length: int) -> float:
@@ -176,7 +180,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
                                               encoding["doc_max_length"]) for c, s in corpus_sizes.items()}
         row["sharing_bound_h"] = sum(encode_h(dataclasses.replace(s, count=shared["bound"][c]),
                                               encoding["doc_max_length"]) - startup_h
-                                     for c, s in corpus_sizes.items()) if not shared["counted"] else 0.0
+                                     for c, s in corpus_sizes.items())
         row["query_gpu_h"] = startup_h + sum(encode_h(s, query_max_length(encoding, config["datasets"][d]))
                                              - startup_h for d, s in query_sizes.items())
         row["index_core_h"] = {c: s.count / lucene["impact_index_docs_per_s_per_thread"] / 3600
@@ -269,10 +273,10 @@ def render_bill(plan: Mapping[str, Any], jobs: Mapping[str, int], configfile: st
              "| total | |", "|---|---|",
              f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
              f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
-             f"| documents in two corpora, encoded once a model | {t['shared_docs_per_model']:,} |"
-             if t["sharing_bound_gpu_h"] == 0 else
-             f"| GPU-hours shared documents would save: an UPPER BOUND until the corpora's digests exist "
-             f"(`snakemake data`) | at most {_h(t['sharing_bound_gpu_h'])} |",
+             f"| documents in two corpora, encoded once a model (digests counted) | {t['shared_docs_per_model']:,} |",
+             *([] if t["sharing_bound_gpu_h"] == 0 else [
+                 f"| GPU-hours shared documents would save: an UPPER BOUND until the corpora's digests exist "
+             f"(`snakemake data`) | at most {_h(t['sharing_bound_gpu_h'])} |"]),
              f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_core_h'])} |",
              f"| CPU core-hours, retrieval | {_h(t['retrieve_core_h'])} |",
              f"| disk at the end (GB) | {t['final_bytes'] / 1e9:,.1f} |",
@@ -313,9 +317,9 @@ ASSUMPTIONS = (
     "Lucene: per-thread (core-second) figures; indexing documents per core-second; a search's core-seconds "
     "linear in the index's documents (lucene.search_s_per_query; queries over 64 tokens count as long).",
     "Shared documents: a document with the same id and text as one of an earlier corpus (config order) is "
-    "encoded once a model, counted from the corpora's digests (rule corpus_digests); before they all exist, "
-    "nothing is subtracted and the bill gives an upper bound of the saving: every document of each corpus that "
-    "the earlier corpora's counts could hold.",
+    "encoded once a model, counted between the corpora whose digests exist (rule corpus_digests); where a "
+    "corpus's, or an earlier one's, do not exist yet, nothing is subtracted and the bill gives an upper bound "
+    "of the saving: every document of the corpus that those earlier corpora's counts could hold.",
     "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
     "largest corpus's shards; the end = impact and BM25 indexes, each model's store of shared documents, "
     "models (init + final + kept checkpoints "
