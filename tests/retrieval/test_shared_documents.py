@@ -145,6 +145,7 @@ def test_parts_share_and_join_into_the_corpus(encoder, corpora: dict, tmp_path: 
     stats = [_encode(encoder, corpora, "a", out, share=True, part=p, parts=2) for p, out in enumerate(parts)]
     assert [(s["n_docs"], s["shared_docs"]) for s in stats] == [(24, 4), (16, 16)]
     joined = encode.join_parts(parts, tmp_path / "results/encoded/m/r/corpora/a")
+    assert (joined["shared_docs"], joined["encoded_docs"]) == (20, 40)
     assert _lines(tmp_path / "results/encoded/m/r/corpora/a") == _lines(tmp_path / "alone" / "a")
     for key in ("n_docs", "mean_nnz_per_doc", "term_df", "n_docs_empty_vector"):
         assert joined[key] == one[key], key

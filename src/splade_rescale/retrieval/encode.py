@@ -598,6 +598,8 @@ def join_parts(parts: Sequence[str | Path], out_dir: str | Path) -> dict:
     n, nnz = sum(r["n_docs"] for r in records), sum(df.values())  # a document counts a term once: df sums to nnz
     sums = {key: sum(r[key] for r in records) for key in ("n_docs_empty_vector", "seconds", "resumed_docs",
                                                            "encoded_docs", "shard_bytes")}
+    sharing = ("shared_docs", "shared_encoded_docs", "shared_reused_docs")  # parts that went through the store
+    sums.update({key: sum(r.get(key, 0) for r in records) for key in sharing if any(key in r for r in records)})
     stats = {**records[0], **sums, "n_docs": n, "mean_nnz_per_doc": nnz / n, "shards": k, "parts": len(parts),
              "term_df": dict(sorted(df.items(), key=lambda kv: int(kv[0]))),
              "docs_per_second": round(sums["encoded_docs"] / sums["seconds"], 2) if sums["seconds"] else None,
