@@ -191,6 +191,8 @@ def test_a_killed_encode_keeps_the_buckets_it_published(encoder, corpora: dict, 
     monkeypatch.undo()
     stats = _encode(encoder, corpora, "a", out, share=True)
     assert stats["shared_reused_docs"] >= 5 and stats["shared_encoded_docs"] == 20 - stats["shared_reused_docs"]
+    assert stats["encoded_docs"] == stats["shared_encoded_docs"]  # its 20 own documents were kept, not encoded again
+    assert sorted(p.name for p in out.parent.iterdir()) == ["a", "a.stats.json"]
     assert _lines(out) == _lines(straight)
 
 

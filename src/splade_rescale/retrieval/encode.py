@@ -517,12 +517,22 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
     staging = out_dir.with_name(f".{out_dir.name}.own")
     own: dict[str, Any] = {}
     if own_n:
-        mask_key = hashlib.sha256(np.packbits(mask).tobytes() + digests.tobytes()).hexdigest()
-        own = encode_docs(enc, (d for d, s in zip(range_docs(), mask) if not s), staging, batching.max_length,
-                          batching.size, quantization, shard_size, chunk_size, own_n, budget_gb=budgets.corpus_gb,
-                          model_budget_gb=budgets.model_gb, model_docs=budgets.model_docs,
-                          max_active_dims=max_active_dims, index_threads=index_threads,
-                          inputs={**inputs, "shared_mask": mask_key})
+        own_inputs = {**inputs, "shared_mask": hashlib.sha256(np.packbits(mask).tobytes() + digests.tobytes())
+                      .hexdigest()}
+        key = json.loads(json.dumps({**own_inputs, **numerics, **batching._asdict(), "quantization": quantization,
+                                     "max_active_dims": max_active_dims, "shard_size": shard_size,
+                                     "index_threads": index_threads, "chunk_size": chunk_size}))
+        done = stats_path_for(staging)
+        if staging.is_dir() and done.is_file() and (kept := json.loads(done.read_text())).pop("key", None) == key:
+            own = {**kept, "resumed_docs": own_n, "encoded_docs": 0}  # a run killed after it, in the store's part
+            log.info("%s: its %d documents of its own were encoded by an earlier run: kept", staging, own_n)
+        else:
+            own = encode_docs(enc, (d for d, s in zip(range_docs(), mask) if not s), staging, batching.max_length,
+                              batching.size, quantization, shard_size, chunk_size, own_n,
+                              budget_gb=budgets.corpus_gb, model_budget_gb=budgets.model_gb,
+                              model_docs=budgets.model_docs, max_active_dims=max_active_dims,
+                              index_threads=index_threads, inputs=own_inputs)
+            write_json(done, {**own, "key": key})
     store = SharedStore(store_root(out_dir), {
         "model": inputs["model"], "head": inputs["head"], "max_length": batching.max_length,
         "quantization": quantization, "max_active_dims": max_active_dims, **numerics, "batch_size": batching.size,
@@ -560,6 +570,7 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
         shard_bytes = sum(p.stat().st_size for p in tmp.iterdir())
         n_shards = len(list(tmp.iterdir()))
     shutil.rmtree(staging, ignore_errors=True)
+    stats_path_for(staging).unlink(missing_ok=True)
     df = Counter(own.get("term_df", {}))
     df.update(shared.as_dict("docs", "doc")["term_df"])
     n, secs = own.get("n_docs", 0) + shared.n, time.perf_counter() - t0
