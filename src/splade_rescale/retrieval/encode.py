@@ -44,7 +44,7 @@ infinite weight stops the encode with one line naming the model, the corpus and 
 Documents another corpus of the experiment holds too (same id, same text) go through the model's store of
 shared vectors instead (:mod:`splade_rescale.retrieval.shared_documents`): each is encoded once per model.
 
-Over 400 lines (about 630) because batching on the grid, the size guard, the parts, the shared documents and
+Over 400 lines (about 670) because batching on the grid, the size guard, the parts, the shared documents and
 the CLI stages all act on one window loop.
 """
 
