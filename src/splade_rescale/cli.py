@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from splade_rescale.retrieval.skips import SKIPPED, collapsed, skipped
 
@@ -214,6 +214,17 @@ def prepare_corpus_cmd(args: argparse.Namespace) -> None:
     prepare_corpus(args.name, args.corpus, args.out)
 
 
+@command("corpus-digests", lambda p: (
+    p.add_argument("--name", required=True, help="corpus name"),
+    p.add_argument("--corpus", type=json_arg, required=True, help=CORPUS_HELP),
+    p.add_argument("--out", required=True, type=Path, help="16 bytes per document, in corpus order"),
+))
+def corpus_digests_cmd(args: argparse.Namespace) -> None:
+    """A digest of each document's id and text: what tells a model's encodes which documents corpora share."""
+    from splade_rescale.retrieval.shared_documents import write_corpus_digests
+    write_corpus_digests(args.name, args.corpus, args.out)
+
+
 @command("prepare-queries", lambda p: (
     p.add_argument("--name", required=True, help="dataset name in the config"),
     p.add_argument("--dataset", type=json_arg, required=True, help="the dataset's config entry, as JSON"),
@@ -321,10 +332,25 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
                       total=prepared_docs(args.prepared) if args.prepared else None,
                       model_budget_gb=run["model_budget_gb"], model_docs=model_docs,
                       files_sha256=prepared_files_digest(args.prepared) if args.prepared else None,
-                      part=args.part, parts=args.parts)
+                      part=args.part, parts=args.parts,
+                      **_sharing(args.name, args.prepared, run["model_corpora"], args.out))
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
+
+
+def _sharing(name: str, prepared: Path | None, corpora: Mapping[str, Mapping[str, Any]], out: Path
+             ) -> dict[str, Any]:
+    """encode_corpus's ``digests`` and ``others``: the digests files beside each corpus's preparation record,
+    of the model's corpora that may still share (:func:`may_share`, by their statistics beside ``out``)."""
+    from splade_rescale.retrieval.encode import stats_path_for
+    from splade_rescale.retrieval.shared_documents import digests_path, fresh_digests, may_share, store_root
+
+    if prepared is None or (own := fresh_digests(prepared)) is None:
+        return {}
+    encoded = store_root(out).parent / "corpora"
+    return {"digests": own, "others": {c: digests_path(e["prepared"]) for c, e in corpora.items()
+                                       if c != name and may_share(stats_path_for(encoded / c))}}
 
 
 @command("join-parts", lambda p: (

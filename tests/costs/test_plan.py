@@ -144,3 +144,30 @@ def test_smaller_models_encode_first_and_an_unknown_size_last(tmp_path: Path) ->
               "given": {"source": "hf", "repo_id": "x/y", "shape": {"parameters": 50e6}},
               "unknown": {"source": "hf", "repo_id": "no-such-org/no-such-model"}}
     assert gpu_job_priorities(models) == {"small": 4, "given": 3, "roberta": 2, "unknown": 1}
+
+
+def test_documents_two_corpora_share_are_billed_once_when_their_digests_exist(tmp_path: Path) -> None:
+    """The demo's two corpora. Before both digests exist: an upper bound of the saving, nothing subtracted.
+    Then synthetic digests files: the second corpus holds 100 of the first's documents, which a model encodes
+    once, and no bound is left."""
+    from splade_rescale.retrieval.shared_documents import doc_digest
+
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    config = load_config(REPO / "config" / "demo.yaml")
+    before = build_plan(config, load_throughputs(), tmp_path)
+    first, second = before["corpora"]
+    assert before["totals"]["shared_docs_per_model"] == 0 and before["totals"]["sharing_bound_gpu_h"] > 0
+    folder = tmp_path / "results" / config["experiment"] / "data" / "corpora"
+    folder.mkdir(parents=True)
+    own = [doc_digest(str(i), "text") for i in range(before["corpora"][first]["count"])]
+    (folder / f"{first}.digests").write_bytes(b"".join(own))
+    one = build_plan(config, load_throughputs(), tmp_path)  # one corpus's digests: nothing to count yet
+    assert one["totals"]["shared_docs_per_model"] == 0 and one["totals"]["sharing_bound_gpu_h"] > 0
+    (folder / f"{second}.digests").write_bytes(b"".join(own[:100] + [doc_digest(str(i), "other")
+                                               for i in range(before["corpora"][second]["count"] - 100)]))
+    after = build_plan(config, load_throughputs(), tmp_path)
+    assert after["totals"]["shared_docs_per_model"] == 100 and after["totals"]["sharing_bound_gpu_h"] == 0
+    assert after["totals"]["final_bytes"] > before["totals"]["final_bytes"]  # each model's store is kept
+    for a, b in zip(after["models"], before["models"]):
+        assert a["encode_corpus_h"][first] == b["encode_corpus_h"][first]
+        assert a["encode_corpus_h"][second] < b["encode_corpus_h"][second]

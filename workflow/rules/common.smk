@@ -104,6 +104,12 @@ def prepared_corpus(corpus):
     return res(f"data/corpora/{corpus}.json")
 
 
+def corpus_digests(corpus):
+    """A corpus's document digests (data.smk), beside its preparation record: what tells encodes which
+    documents another corpus holds too (retrieval.shared_documents.digests_path)."""
+    return res(f"data/corpora/{corpus}.digests")
+
+
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
     published="|".join(map(re.escape, PUBLISHED_MODELS)) or "(?!)",
@@ -276,6 +282,7 @@ def all_targets():
         + [res(f"summary/{b}.json") for b in BACKBONES]
         + published_metrics()
         + [res(f"metrics/bm25/{d}.json") for d in DATASETS]
+        + [corpus_digests(c) for c in CORPORA]
         + TABLE_TARGETS
     )
 

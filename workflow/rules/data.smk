@@ -56,6 +56,27 @@ rule prepare_corpus:
         "splade-rescale prepare-corpus --name {wildcards.corpus} --corpus {params.corpus:q} --out {output} > {log} 2>&1"
 
 
+rule corpus_digests:
+    """A digest of each document's id and text, beside the corpus's preparation record. Not an input of any
+    encode: an encode job reads the digests present at run time and takes a document that another corpus of
+    the experiment holds too (same id, same text) from its model's store of shared vectors, or encodes it into
+    that store once (retrieval.shared_documents). Adding a corpus adds its digests and reruns no encode."""
+    input:
+        prepared_corpus("{corpus}"),
+    output:
+        corpus_digests("{corpus}"),
+    params:
+        corpus=lambda w: as_json(PREPARED_CORPORA[w.corpus]),
+    log:
+        res("logs/corpus_digests/{corpus}.log"),
+    benchmark:
+        res("benchmarks/corpus_digests/{corpus}.tsv")
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale corpus-digests --name {wildcards.corpus} --corpus {params.corpus:q} --out {output} > {log} 2>&1"
+
+
 rule prepare_queries:
     """An ir_datasets dataset's queries and qrels fetched into $IR_DATASETS_HOME, after its corpus
     (their archive may be the corpus's), so that encode_queries reads only local files."""
@@ -135,6 +156,7 @@ rule data:
     any GPU job (`--until` with these rules cannot: each waits on another's output)."""
     input:
         [prepared_corpus(c) for c in PREPARED_CORPORA],
+        [corpus_digests(c) for c in CORPORA],
         PREPARED_QUERIES,
         sorted(set(PREPARED_EXAMPLES.values())),
         [res("training/examples.jsonl")] if MINED else [],

@@ -24,7 +24,10 @@ rule encode_corpus:
     (environment variables set in common.smk): editing them reruns no job. The documents are
     read from local files only (ir_datasets' docs store in $IR_DATASETS_HOME, built by
     prepare_corpus). The per-model budget counts the documents of every corpus from their
-    preparation records, read at run time, not as inputs: adding a corpus reruns no encode.
+    preparation records, read at run time, not as inputs: adding a corpus reruns no encode. So are
+    the other corpora's document digests (rule corpus_digests): a document another corpus holds too
+    (same id, same text) is encoded once per model, into its store encoded/{backbone}/{run}/shared/
+    (retrieval.shared_documents), and copied from there into each corpus's shards.
     """
     input:
         **ENCODE_CORPUS_INPUT,

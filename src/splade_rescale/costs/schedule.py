@@ -181,6 +181,8 @@ def scheduled_jobs(plan: Mapping[str, Any], jobs: list[dict], cores: int, throug
         elif rule == "prepare_corpus" and w.get("corpus") in plan["corpora"]:
             docs = plan["corpora"][w["corpus"]]["count"]
             seconds = docs / fixed["prepare_docs_per_s"] + docs * fixed["corpus_download_bytes_per_doc"] / download
+        elif rule == "corpus_digests" and w.get("corpus") in plan["corpora"]:  # one pass, as the docs store's
+            seconds = plan["corpora"][w["corpus"]]["count"] / fixed["prepare_docs_per_s"]
         elif rule == "prepare_training_source" and front:
             seconds = front["source_s"]
         elif rule == "prepare_training_data" and w.get("stream") in front.get("data_s", {}):
