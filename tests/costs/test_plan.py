@@ -11,7 +11,7 @@ import yaml
 
 from conftest import REPO
 from splade_rescale.config import ConfigError, load_config, local_threads
-from splade_rescale.costs.model_shapes import gpu_job_priorities, model_shape
+from splade_rescale.costs.model_shapes import gpu_job_priorities, model_shape, train_job_priorities
 from splade_rescale.costs.plan import build_plan, host_at_once, load_throughputs
 from splade_rescale.costs.schedule import Job, Slot, dry_run_jobs, plan_run
 from splade_rescale.retrieval.lucene import MEM_MB
@@ -137,13 +137,15 @@ def test_a_model_whose_config_is_not_here_says_what_to_write() -> None:
     assert model_shape("x", {**spec, "shape": shape}).parameters == 5
 
 
-def test_smaller_models_encode_first_and_an_unknown_size_last(tmp_path: Path) -> None:
+def test_smaller_models_encode_first_larger_ones_train_first_an_unknown_size_as_largest(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(ROBERTA_LARGE))
     models = {"small": {"source": "config", "sizes": {"layers": 2, "hidden": 64, "vocab_size": 100}},
               "roberta": {"source": "local", "path": str(tmp_path)},
               "given": {"source": "hf", "repo_id": "x/y", "shape": {"parameters": 50e6}},
               "unknown": {"source": "hf", "repo_id": "no-such-org/no-such-model"}}
     assert gpu_job_priorities(models) == {"small": 4, "given": 3, "roberta": 2, "unknown": 1}
+    # trainings the other way round, every one above every encode: the longest chain starts first
+    assert train_job_priorities(models) == {"small": 5, "given": 6, "roberta": 7, "unknown": 8}
 
 
 def test_documents_two_corpora_share_are_billed_once_when_their_digests_exist(tmp_path: Path) -> None:

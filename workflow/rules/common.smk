@@ -13,7 +13,7 @@ from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job,
                                    visible_device_ids, wsl_gpu)
 from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
-from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities
+from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities, train_job_priorities
 from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files
 from splade_rescale.errors import ConfigError
 from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
@@ -208,8 +208,10 @@ if CORES and workflow.local_exec and not workflow.remote_exec:
     if gpu_count():
         LOCAL_GPUS = int(_resource("gpu") or 0)
 THREADS = local_threads(config, CORES or 0, LOCAL_GPUS)
-# Smaller models' train and encode jobs first, all above the CPU jobs (gpu_job_priorities).
+# Larger models' trainings first, then smaller models' encodes first, all above the CPU jobs
+# (train_job_priorities, gpu_job_priorities).
 GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["published_models"]})
+TRAIN_JOB_PRIORITY = train_job_priorities({**config["backbones"], **config["published_models"]})
 if LOCAL_GPUS:
     logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS})"
                 + (f", each on GPUs of its own of {','.join(POOL)}" if POOL_VAR in os.environ else "")

@@ -48,7 +48,7 @@ rule train:
         # a param, not an output: it outlives a failed job, with the log rows up to each checkpoint
         checkpoints=res("models/{backbone}/{run}/checkpoints"),
     threads: THREADS["train"]
-    priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
+    priority: lambda w: TRAIN_JOB_PRIORITY[w.backbone]
     resources:
         gpu=lambda w: train_gpus(w.backbone),
     log:
