@@ -151,25 +151,35 @@ def test_smaller_models_encode_first_larger_ones_train_first_an_unknown_size_as_
 def test_documents_two_corpora_share_are_billed_once_when_their_digests_exist(tmp_path: Path) -> None:
     """The demo's two corpora. Before both digests exist: an upper bound of the saving, nothing subtracted.
     Then synthetic digests files: the second corpus holds 100 of the first's documents, which a model encodes
-    once, and no bound is left."""
+    once, and no bound is left; both encodes hold their GPU for the store's host work (the first's pass over its
+    texts, which fills the store; each one's shards of the shared documents)."""
     from splade_rescale.retrieval.shared_documents import doc_digest
 
     (tmp_path / "resources").symlink_to(REPO / "resources")
     config = load_config(REPO / "config" / "demo.yaml")
     before = build_plan(config, load_throughputs(), tmp_path)
     first, second = before["corpora"]
-    assert before["totals"]["shared_docs_per_model"] == 0 and before["totals"]["sharing_bound_gpu_h"] > 0
+    assert before["totals"]["shared_docs_per_model"] == 0 and before["totals"]["sharing_bound_gpu_h"] != 0
+    assert before["totals"]["store_wait_gpu_h"] == 0
     folder = tmp_path / "results" / config["experiment"] / "data" / "corpora"
     folder.mkdir(parents=True)
     own = [doc_digest(str(i), "text") for i in range(before["corpora"][first]["count"])]
     (folder / f"{first}.digests").write_bytes(b"".join(own))
     one = build_plan(config, load_throughputs(), tmp_path)  # one corpus's digests: nothing to count yet
-    assert one["totals"]["shared_docs_per_model"] == 0 and one["totals"]["sharing_bound_gpu_h"] > 0
+    assert one["totals"]["shared_docs_per_model"] == 0 and one["totals"]["sharing_bound_gpu_h"] != 0
     (folder / f"{second}.digests").write_bytes(b"".join(own[:100] + [doc_digest(str(i), "other")
                                                for i in range(before["corpora"][second]["count"] - 100)]))
     after = build_plan(config, load_throughputs(), tmp_path)
     assert after["totals"]["shared_docs_per_model"] == 100 and after["totals"]["sharing_bound_gpu_h"] == 0
     assert after["totals"]["final_bytes"] > before["totals"]["final_bytes"]  # each model's store is kept
+    store, startup_h = load_throughputs()["shared_store"], load_throughputs()["gpu"]["job_startup_s"] / 3600
     for a, b in zip(after["models"], before["models"]):
-        assert a["encode_corpus_h"][first] == b["encode_corpus_h"][first]
-        assert a["encode_corpus_h"][second] < b["encode_corpus_h"][second]
+        for corpus, encoded in ((first, 0), (second, 100)):  # the first fills the store, the second reuses it
+            wait = before["corpora"][corpus]["count"] * store["fill_s_per_doc"] * (not encoded) + 100 * store[
+                "shards_s_per_doc"]
+            assert a["store_wait_h"][corpus] == pytest.approx(wait / 3600) and wait > 0
+            saved = b["encode_corpus_h"][corpus] - a["encode_corpus_h"][corpus] + a["store_wait_h"][corpus]
+            assert (saved > 0) == bool(encoded) and saved == pytest.approx(encoded * (
+                b["encode_corpus_h"][corpus] - startup_h) / before["corpora"][corpus]["count"])
+    assert after["totals"]["store_wait_gpu_h"] == pytest.approx(
+        sum(sum(m["store_wait_h"].values()) for m in after["models"]))

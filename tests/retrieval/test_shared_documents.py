@@ -222,6 +222,10 @@ def test_stale_digests_never_give_a_document_another_text_s_vector(encoder, corp
     edited = {**corpora, "a": {**corpora["a"], "spec": {"source": "beir_local", "path": str(folder)}}}
     with pytest.raises(ValueError, match="rerun rule corpus_digests"):
         _encode(encoder, edited, "a", tmp_path / "results/encoded/m/r/corpora/a", share=True)
+    # b published every shared document first, so a's store pass is skipped: its own documents' pass stops it
+    _encode(encoder, corpora, "b", tmp_path / "results/encoded/m/r/corpora/b", share=True)
+    with pytest.raises(ValueError, match="rerun rule corpus_digests"):
+        _encode(encoder, edited, "a", tmp_path / "results/encoded/m/r/corpora/a", share=True)
     prepared = tmp_path / "a.json"
     prepared.write_text("{}")
     shutil.copy(corpora["a"]["digests"], tmp_path / "a.digests")
@@ -240,3 +244,47 @@ def test_a_corpus_encoded_without_the_store_is_no_longer_shared_with(tmp_path: P
     assert not may_share(stats)  # encoded alone: its vectors are gone with its shards
     stats.write_text(json.dumps({"n_docs": 40, "shared_docs": 20}))
     assert may_share(stats)
+
+
+def test_shards_copy_whole_pieces_and_hold_what_line_by_line_writes(tmp_path: Path) -> None:
+    """A bucket whose pieces hold exactly a corpus's documents in its order is copied as gzip members; any other
+    order is written line by line. Both give the same lines and statistics (synthetic lines and term ids)."""
+    import numpy as np
+
+    from splade_rescale.retrieval.shared_documents import (
+        DIGEST,
+        SharedStore,
+        doc_digest,
+        fill_store,
+        write_shared_shards,
+    )
+
+    docs = [(f"d{i}", f"text {i}") for i in range(300)]
+    digests = np.frombuffer(b"".join(doc_digest(d, t) for d, t in docs), dtype=DIGEST)
+    mask = np.arange(300) % 7 != 0
+    terms = {d: np.unique(np.random.default_rng(i).integers(0, 50, i % 5)).astype(np.int32)
+             for i, (d, _) in enumerate(docs)}  # every fifth vector empty
+
+    def to_lines(batch, encoded):
+        return ([json.dumps({"id": d, "vector": {str(t): 1 for t in terms[d].tolist()}}).encode() + b"\n"
+                 for d, _ in batch], [terms[d] for d, _ in batch])
+
+    store = SharedStore(tmp_path / "store", {"model": "m"})
+    fill_store(store, iter(docs), digests, mask, tmp_path / "scratch", lambda batch: None, to_lines)
+    reverse = np.arange(300)[::-1]
+    buckets = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::16]
+    crowded = next(b for b in range(256) if (mask & (buckets == b)).sum() > 1)
+    wanted = digests[mask & (buckets == crowded)]
+    assert store.whole_pieces(crowded, wanted) is not None and store.whole_pieces(crowded, wanted[::-1]) is None
+    written, stats = {}, {}
+    for how, order in (("whole", np.arange(300)), ("lines", reverse)):
+        (tmp_path / how).mkdir()
+        stats[how] = write_shared_shards(store, digests[order], mask[order], tmp_path / how, 3, 50).as_dict("d", "d")
+        shards = sorted((tmp_path / how).iterdir())
+        assert shards[0].name == "docs-00003.jsonl.gz" and len(shards) >= 4
+        written[how] = [line for p in shards for line in gzip.decompress(p.read_bytes()).splitlines(True)]
+    assert sorted(written["whole"]) == sorted(written["lines"]) and len(written["whole"]) == mask.sum()
+    assert stats["whole"] == stats["lines"]
+    assert stats["whole"]["n_d_empty_vector"] == sum(not len(terms[d]) for (d, _), m in zip(docs, mask) if m)
+    df = np.bincount(np.concatenate([terms[d] for (d, _), m in zip(docs, mask) if m]))
+    assert stats["whole"]["term_df"] == {str(t): int(df[t]) for t in np.flatnonzero(df)}

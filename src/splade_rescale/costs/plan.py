@@ -87,24 +87,28 @@ def shared_documents(experiment: str, sizes: Mapping[str, Size], root: Path) -> 
     """Documents of each corpus that an earlier corpus (config order) holds too, which a model encodes once
     (:mod:`splade_rescale.retrieval.shared_documents`): ``docs``, counted between the corpora whose digests
     exist (``results/{experiment}/data/corpora/{corpus}.digests``); ``bound``: what a corpus whose digests,
-    or an earlier one's, do not exist yet could share at most (its count, capped by theirs), an upper bound."""
+    or an earlier one's, do not exist yet could share at most (its count, capped by theirs), an upper bound;
+    ``store``: documents of each corpus that another holds, which its encode takes through the model's store."""
     from splade_rescale.retrieval.shared_documents import digests_path, first_words, read_digests
 
     paths = {c: digests_path(root / "results" / experiment / "data" / "corpora" / f"{c}.json") for c in sizes}
     present = [c for c, p in paths.items() if p.is_file()]
     heads = [first_words(read_digests(paths[c])) for c in present]
-    docs = dict.fromkeys(sizes, 0)
+    docs, store = dict.fromkeys(sizes, 0), dict.fromkeys(sizes, 0)
     if heads:
-        first = np.unique(np.concatenate(heads), return_index=True)[1]  # each document's first place, over all
-        firsts = np.bincount(np.searchsorted(np.cumsum([len(h) for h in heads]), first, side="right"),
-                             minlength=len(heads))
+        _, first, seen, times = np.unique(np.concatenate(heads), return_index=True, return_inverse=True,
+                                          return_counts=True)  # each document's first place and its corpora
+        ends = np.cumsum([len(h) for h in heads])
+        firsts = np.bincount(np.searchsorted(ends, first, side="right"), minlength=len(heads))
         docs.update({c: len(h) - int(f) for c, h, f in zip(present, heads, firsts)})
+        elsewhere = np.split(times[seen] > 1, ends[:-1])
+        store.update({c: int(e.sum()) for c, e in zip(present, elsewhere)})
     bound, earlier, earlier_missing = {}, 0, 0
     for c, s in sizes.items():
         bound[c] = min(s.count - docs[c], earlier_missing if c in present else earlier)
         earlier += s.count
         earlier_missing += 0 if c in present else s.count
-    return {"docs": docs, "bound": bound}
+    return {"docs": docs, "bound": bound, "store": store}
 
 
 def tokens(words: float, tokens_per_word: float, max_length: int) -> float:
@@ -138,7 +142,7 @@ def train_tokens_per_query(recipe: Mapping[str, Any], data: Mapping[str, Any], t
 def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
     """Every figure of the bill, per model and in total, as plain data."""
     root = Path(root)
-    lucene, disk, text = throughputs["lucene"], throughputs["disk"], throughputs["text"]
+    lucene, disk, text, store = (throughputs[k] for k in ("lucene", "disk", "text", "shared_store"))
     tpw, k = float(text["tokens_per_word"]), int(config["retrieval"]["k"])
     of_dataset, corpus_specs = corpora(config["datasets"])
     corpus_sizes = {c: corpus_size(c, s, root, text) for c, s in corpus_specs.items()}
@@ -176,11 +180,16 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
                 "keep_checkpoints"]
         else:
             row["model_bytes"] = 4 * shape.parameters
+        row["store_wait_h"] = {c: (s.count * store["fill_s_per_doc"] * (shared["store"][c] > shared["docs"][c])
+                                   + shared["store"][c] * store["shards_s_per_doc"]) / 3600
+                               for c, s in corpus_sizes.items()}  # a pass if it fills the store; its shards
         row["encode_corpus_h"] = {c: encode_h(dataclasses.replace(s, count=s.count - shared["docs"][c]),
-                                              encoding["doc_max_length"]) for c, s in corpus_sizes.items()}
+                                              encoding["doc_max_length"]) + row["store_wait_h"][c]
+                                  for c, s in corpus_sizes.items()}
         row["sharing_bound_h"] = sum(encode_h(dataclasses.replace(s, count=shared["bound"][c]),
                                               encoding["doc_max_length"]) - startup_h
-                                     for c, s in corpus_sizes.items())
+                                     - shared["bound"][c] * (store["fill_s_per_doc"] + 2 * store["shards_s_per_doc"])
+                                     / 3600 for c, s in corpus_sizes.items())
         row["query_gpu_h"] = startup_h + sum(encode_h(s, query_max_length(encoding, config["datasets"][d]))
                                              - startup_h for d, s in query_sizes.items())
         row["index_core_h"] = {c: s.count / lucene["impact_index_docs_per_s_per_thread"] / 3600
@@ -209,6 +218,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
               "retrieve_core_h": sum(sum(r["retrieve_core_h"].values()) for r in rows)
               + sum(bm25["retrieve_core_h"].values()),
               "shared_docs_per_model": sum(shared["docs"].values()),
+              "store_wait_gpu_h": sum(sum(r["store_wait_h"].values()) for r in rows),
               "sharing_bound_gpu_h": sum(r["sharing_bound_h"] for r in rows),
               "final_bytes": final, "peak_bytes": final + corpus_sizes[largest].count * disk["shard_bytes_per_doc"]}
     return {"config": config["experiment"], "models": rows, "bm25": bm25, "totals": totals, "largest_corpus": largest,
@@ -274,9 +284,13 @@ def render_bill(plan: Mapping[str, Any], jobs: Mapping[str, int], configfile: st
              f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
              f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
              f"| documents in two corpora, encoded once a model (digests counted) | {t['shared_docs_per_model']:,} |",
+             *([] if t["store_wait_gpu_h"] == 0 else [
+                 "| of the encoding GPU-hours, the GPU waiting on the host's work for the store of shared documents "
+                 f"| {_h(t['store_wait_gpu_h'])} |"]),
              *([] if t["sharing_bound_gpu_h"] == 0 else [
-                 f"| GPU-hours shared documents would save: an UPPER BOUND until the corpora's digests exist "
-             f"(`snakemake data`) | at most {_h(t['sharing_bound_gpu_h'])} |"]),
+                 "| GPU-hours shared documents would save: an UPPER BOUND until the corpora's digests exist "
+                 "(`snakemake data`) | " + (f"at most {_h(t['sharing_bound_gpu_h'])} |" if t["sharing_bound_gpu_h"]
+                                           > 0 else "none: the store's host work costs more than encoding twice |")]),
              f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_core_h'])} |",
              f"| CPU core-hours, retrieval | {_h(t['retrieve_core_h'])} |",
              f"| disk at the end (GB) | {t['final_bytes'] / 1e9:,.1f} |",
@@ -319,7 +333,10 @@ ASSUMPTIONS = (
     "Shared documents: a document with the same id and text as one of an earlier corpus (config order) is "
     "encoded once a model, counted between the corpora whose digests exist (rule corpus_digests); where a "
     "corpus's, or an earlier one's, do not exist yet, nothing is subtracted and the bill gives an upper bound "
-    "of the saving: every document of the corpus that those earlier corpora's counts could hold.",
+    "of the saving: every document of the corpus that those earlier corpora's counts could hold. An encode "
+    "that shares holds its GPU while the host passes over its texts (when it fills the store) and writes its "
+    "shared documents' shards from the store (shared_store); that wait is added to its GPU-hours and taken off "
+    "the bound (a pass and two corpora's shards a shared document, the least it costs).",
     "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
     "largest corpus's shards; the end = impact and BM25 indexes, each model's store of shared documents, "
     "models (init + final + kept checkpoints "

@@ -87,7 +87,9 @@ from splade_rescale.retrieval.shard_folder import (
     work_folder,
 )
 from splade_rescale.retrieval.shared_documents import (
+    STALE_DIGEST,
     SharedStore,
+    doc_digest,
     fill_store,
     read_digests,
     shared_mask,
@@ -527,7 +529,7 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
             own = {**kept, "resumed_docs": own_n, "encoded_docs": 0}  # a run killed after it, in the store's part
             log.info("%s: its %d documents of its own were encoded by an earlier run: kept", staging, own_n)
         else:
-            own = encode_docs(enc, (d for d, s in zip(range_docs(), mask) if not s), staging, batching.max_length,
+            own = encode_docs(enc, _own_documents(range_docs(), digests, mask), staging, batching.max_length,
                               batching.size, quantization, shard_size, chunk_size, own_n,
                               budget_gb=budgets.corpus_gb, model_budget_gb=budgets.model_gb,
                               model_docs=budgets.model_docs, max_active_dims=max_active_dims,
@@ -540,12 +542,16 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
 
     judged = not budgets.active()
 
-    def encode_lines(docs: Sequence[tuple[str, str]]) -> tuple[list[bytes], list[np.ndarray]]:
-        nonlocal judged
+    def encode(docs: Sequence[tuple[str, str]]) -> list[Batches]:
         windows = (docs[i:i + chunk_size] for i in range(0, len(docs), chunk_size))
+        return [batches for _, batches in _encode_chunks(enc, windows, batching, quantization, max_active_dims)]
+
+    def to_lines(docs: Sequence[tuple[str, str]], encoded: list[Batches]) -> tuple[list[bytes], list[np.ndarray]]:
+        nonlocal judged
         lines: list[bytes] = []
         terms: list[np.ndarray] = []
-        for window, batches in _encode_chunks(enc, windows, batching, quantization, max_active_dims):
+        for k, batches in enumerate(encoded):
+            window = docs[k * chunk_size:(k + 1) * chunk_size]
             lines += VectorLines().ordered([doc_prefix(d) for d, _ in window], batches).splitlines(True)
             ordered: list[np.ndarray] = [np.zeros(0, dtype=np.int32)] * len(window)
             for positions, rows in batches:
@@ -560,7 +566,7 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
         return lines, terms
 
     sharing = fill_store(store, range_docs(), digests, mask, out_dir.with_name(f".{out_dir.name}.shared"),
-                         encode_lines)
+                         encode, to_lines)
     with atomic_dir(out_dir) as tmp:
         own_shards = sorted(staging.glob("docs-*.jsonl.gz")) if own_n else []
         for k, shard in enumerate(own_shards):
@@ -584,6 +590,23 @@ def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, s
             "encoded_docs": encoded, "docs_per_second": round(encoded / secs, 2) if encoded else None,
             "shards": n_shards, "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / n, 1),
             **sharing}
+
+
+def _own_documents(docs: Iterable[tuple[str, str]], digests: np.ndarray, mask: np.ndarray
+                   ) -> Iterator[tuple[str, str]]:
+    """The documents no other corpus holds; each shared one passed over is checked against its digest, since
+    the store gives it a vector by the digest alone (the store's own pass is skipped when all are published).
+    The last is given once the range is read to its end, so every shared document is checked."""
+    held = None
+    for (docid, text), shared, digest in zip(docs, mask.tolist(), digests.tolist()):
+        if not shared:
+            if held is not None:
+                yield held
+            held = docid, text
+        elif doc_digest(docid, text) != digest:
+            raise ValueError(STALE_DIGEST.format(docid=docid))
+    if held is not None:
+        yield held
 
 
 def join_parts(parts: Sequence[str | Path], out_dir: str | Path) -> dict:

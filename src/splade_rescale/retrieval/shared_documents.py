@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -43,8 +44,12 @@ log = logging.getLogger(__name__)
 DIGEST_BYTES = 16
 DIGEST = f"V{DIGEST_BYTES}"  # numpy dtype of a digest array: raw bytes, sortable (not "S": it strips trailing NULs)
 
-# The encode of a bucket's missing documents: (id, text) pairs -> their shard lines and term ids, in order.
-EncodeLines = Callable[[Sequence[tuple[str, str]]], tuple[list[bytes], list[np.ndarray]]]
+STALE_DIGEST = ("document {docid!r}: its digest is not that of its text (the corpus changed since its digests "
+                "were written); fix: rerun rule corpus_digests, then this encode")
+# A bucket's missing documents, (id, text) pairs, encoded on the device -> what ``ToLines`` formats on the host.
+Encode = Callable[[Sequence[tuple[str, str]]], Any]
+# Those documents and their encoding -> their shard lines and term ids, in order (on the publishing thread).
+ToLines = Callable[[Sequence[tuple[str, str]], Any], tuple[list[bytes], list[np.ndarray]]]
 
 
 def doc_digest(docid: str, text: str) -> bytes:
@@ -161,6 +166,17 @@ class SharedStore:
                 out.setdefault(d, (line, np.cumsum(counts_terms[a:b])))
         return out
 
+    def whole_pieces(self, bucket: int, wanted: np.ndarray) -> list[Path] | None:
+        """The bucket's pieces that hold exactly ``wanted``, in its order (a bucket one job filled, read by it or
+        by a corpus holding the same documents in the same order); None when none do."""
+        pieces, at = [], 0
+        for path in self.pieces(bucket):
+            digests = _header(path)[0]
+            if at + len(digests) <= len(wanted) and np.array_equal(digests, wanted[at:at + len(digests)]):
+                pieces.append(path)
+                at += len(digests)
+        return pieces if pieces and at == len(wanted) else None
+
     def publish(self, bucket: int, digests: Sequence[bytes], lines: Sequence[bytes],
                 terms: Sequence[np.ndarray]) -> None:
         """One new piece of a bucket, renamed into place once whole (readers never see half of it)."""
@@ -187,6 +203,20 @@ class SharedStore:
             marker.unlink(missing_ok=True)
 
 
+def _members(path: Path) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """A piece's gzip member of lines as it is, each line's term count, and all their term ids."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        f.seek(n * DIGEST_BYTES, os.SEEK_CUR)
+        body = f.read(int.from_bytes(f.read(8), "little"))
+        ints = np.frombuffer(gzip.decompress(f.read()), dtype="<i4")
+    counts, steps = ints[:n], ints[n:].astype(np.int64)
+    ids = np.cumsum(steps)  # each row's ids are differences from 0: take off the sum before its first
+    starts = np.cumsum(counts) - counts
+    before = np.where(starts > 0, ids[np.maximum(starts - 1, 0)] if len(ids) else 0, 0)
+    return body, counts, ids - np.repeat(before, counts)
+
+
 def _header(path: Path) -> tuple[np.ndarray, int]:
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
@@ -194,12 +224,14 @@ def _header(path: Path) -> tuple[np.ndarray, int]:
 
 
 def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.ndarray, mask: np.ndarray,
-               scratch: Path, encode_lines: EncodeLines) -> dict[str, int]:
+               scratch: Path, encode: Encode, to_lines: ToLines) -> dict[str, int]:
     """Publish the vectors of the shared documents (``mask``) the store lacks; ``docs`` and ``digests`` in step.
 
     One pass writes the missing documents' texts to a scratch file per bucket; each bucket is then
-    encoded on its own (after a fresh look at what other jobs published meanwhile), so at most one
-    bucket's documents are in memory. Returns the shared documents found published and encoded here.
+    encoded on its own (after a fresh look at what other jobs published meanwhile). A thread formats and
+    publishes bucket k while the device encodes bucket k + 1, as a corpus's writer thread does, so the device
+    does not wait on gzip; at most two buckets' documents are in memory. Returns the shared documents found
+    published and encoded here.
     """
     buckets = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::DIGEST_BYTES]
     known = {b: store.digests(b) for b in np.unique(buckets[mask]).tolist()}
@@ -209,26 +241,38 @@ def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.
         missing[where[np.isin(digests[where], have)]] = False
     if scratch.exists():
         shutil.rmtree(scratch)
-    scratch.mkdir(parents=True)
     todo = sorted(set(buckets[missing].tolist()))
+    if not todo:  # every one published: no pass over the texts (the digests are fresher than the corpus)
+        return {"shared_docs": int(mask.sum()), "shared_encoded_docs": 0, "shared_reused_docs": int(mask.sum())}
+    scratch.mkdir(parents=True)
     with ExitStack() as stack:
         files = {b: stack.enter_context(open(scratch / f"{b:02x}.jsonl", "w", encoding="utf-8")) for b in todo}
         for i, (docid, text) in enumerate(tqdm(docs, total=len(mask), desc="shared documents", unit="doc",
                                                mininterval=5)):
             if mask[i] and doc_digest(docid, text) != digests[i].tobytes():  # a vector is found by its digest
-                raise ValueError(f"document {docid!r}: its digest is not that of its text (the corpus changed "
-                                 "since its digests were written); fix: rerun rule corpus_digests, then this encode")
+                raise ValueError(STALE_DIGEST.format(docid=docid))
             if missing[i]:
                 files[int(buckets[i])].write(json.dumps([digests[i].tobytes().hex(), docid, text]) + "\n")
-    encoded = 0
-    with store.running() as backwards, _removed(scratch):
+
+    def publish(bucket: int, rows: list[list[str]], encoding: Any) -> None:
+        texts = [(r[1], r[2]) for r in rows]
+        store.publish(bucket, [bytes.fromhex(r[0]) for r in rows], *to_lines(texts, encoding))
+
+    encoded, pending = 0, None
+    with (store.running() as backwards, _removed(scratch),
+          ThreadPoolExecutor(1, thread_name_prefix="publish") as publisher):
         for b in tqdm(todo[::-1] if backwards else todo, desc="shared buckets", unit="bucket", mininterval=5):
             rows = [json.loads(line) for line in (scratch / f"{b:02x}.jsonl").read_text(encoding="utf-8").splitlines()]
             have = set(store.digests(b).tolist())  # published by another job since the pass
             rows = [r for r in rows if bytes.fromhex(r[0]) not in have]
             if rows:
-                store.publish(b, [bytes.fromhex(r[0]) for r in rows], *encode_lines([(r[1], r[2]) for r in rows]))
+                encoding = encode([(r[1], r[2]) for r in rows])
+                if pending is not None:
+                    pending.result()  # the previous bucket's publishing: its error raised here
+                pending = publisher.submit(publish, b, rows, encoding)
             encoded += len(rows)
+        if pending is not None:
+            pending.result()
     return {"shared_docs": int(mask.sum()), "shared_encoded_docs": encoded,
             "shared_reused_docs": int(mask.sum()) - encoded}
 
@@ -244,36 +288,59 @@ def _removed(folder: Path) -> Iterator[None]:
 def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarray, out_dir: Path, first_shard: int,
                         shard_docs: int) -> TermStats:
     """This corpus's shared documents, bucket by bucket from the store, as shards ``first_shard``, ... of
-    ``shard_docs`` documents in ``out_dir``; their statistics (from the term ids the pieces keep)."""
+    ``shard_docs`` documents in ``out_dir``; their statistics (from the term ids the pieces keep).
+
+    A bucket whose pieces hold exactly its documents, in order (the common case), is copied as their gzip
+    members, neither decompressed nor compressed again (a shard may then hold up to a bucket more than
+    ``shard_docs``); any other bucket line by line."""
     buckets = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::DIGEST_BYTES]
     stats, k, n_open, out, c = TermStats(), first_shard, 0, None, None
     try:
         for b in tqdm(np.unique(buckets[mask]).tolist(), desc="shared shards", unit="bucket", mininterval=5):
             wanted = digests[np.flatnonzero(mask & (buckets == b))]
-            lines = store.lines(b, wanted)
+            if out is None:
+                out = open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb")
             terms: list[np.ndarray] = []
-            for d in wanted.tolist():
-                if d not in lines:
-                    raise RuntimeError(f"{store.root}: the vector of a shared document (digest {d.hex()}) is "
-                                       "missing from the store; rerun the encode")
-                if out is None:
-                    out, c = open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb"), gzip_compressor()
-                line, doc_terms = lines[d]
-                out.write(c.compress(line))
-                terms.append(doc_terms)
-                stats.n += 1
-                stats.n_empty += not len(doc_terms)
-                n_open += 1
-                if n_open == shard_docs:
+            if (pieces := store.whole_pieces(b, wanted)) is not None:
+                if c is not None:  # end the member of lines written one by one
                     out.write(c.flush())
-                    out.close()
-                    out, k, n_open = None, k + 1, 0
+                    c = None
+                for path in pieces:
+                    body, counts, ids = _members(path)
+                    out.write(body)
+                    terms.append(ids)
+                    stats.n_empty += int((counts == 0).sum())
+                stats.n += len(wanted)
+                n_open += len(wanted)
+            else:
+                lines = store.lines(b, wanted)
+                for d in wanted.tolist():
+                    if d not in lines:
+                        raise RuntimeError(f"{store.root}: the vector of a shared document (digest {d.hex()}) is "
+                                           "missing from the store; rerun the encode")
+                    if out is None:
+                        out = open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb")
+                    c = c or gzip_compressor()
+                    line, doc_terms = lines[d]
+                    out.write(c.compress(line))
+                    terms.append(doc_terms)
+                    stats.n += 1
+                    stats.n_empty += not len(doc_terms)
+                    n_open += 1
+                    if n_open >= shard_docs:
+                        out.write(c.flush())
+                        out.close()
+                        out, c, k, n_open = None, None, k + 1, 0
+            if n_open >= shard_docs:
+                out.write(c.flush() if c is not None else b"")
+                out.close()
+                out, c, k, n_open = None, None, k + 1, 0
             bucket_df = TermStats()
             flat = np.concatenate(terms).astype(np.int64) if terms else np.zeros(0, dtype=np.int64)
             bucket_df.nnz, bucket_df.df = len(flat), np.bincount(flat)
             stats.merge(bucket_df)
         if out is not None:
-            out.write(c.flush())
+            out.write(c.flush() if c is not None else b"")
             out.close()
             out = None
     finally:
