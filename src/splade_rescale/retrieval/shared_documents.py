@@ -145,25 +145,20 @@ class SharedStore:
 
     def digests(self, bucket: int) -> np.ndarray:
         """Every digest the bucket's published pieces hold (their headers only)."""
-        parts = [_header(p)[0] for p in self.pieces(bucket)]
+        parts = [_header(p) for p in self.pieces(bucket)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=DIGEST)
 
     def lines(self, bucket: int, wanted: np.ndarray) -> dict[bytes, tuple[bytes, np.ndarray]]:
         """The published line and term ids of ``wanted`` digests in one bucket (the first piece that holds each)."""
         out: dict[bytes, tuple[bytes, np.ndarray]] = {}
         for path in self.pieces(bucket):
-            digests, offset = _header(path)
+            digests = _header(path)
             if not np.isin(digests, wanted).any():
                 continue
-            with open(path, "rb") as f:
-                f.seek(offset)
-                size = int.from_bytes(f.read(8), "little")
-                lines = gzip.decompress(f.read(size)).splitlines(keepends=True)
-                counts_terms = np.frombuffer(gzip.decompress(f.read()), dtype="<i4")
-            ends = np.cumsum(counts_terms[:len(lines)]) + len(lines)
-            for d, line, a, b in zip(digests.tolist(), lines, (ends - counts_terms[:len(lines)]).tolist(),
-                                     ends.tolist()):
-                out.setdefault(d, (line, np.cumsum(counts_terms[a:b])))
+            body, counts, ids = _members(path)
+            for d, line, row in zip(digests.tolist(), gzip.decompress(body).splitlines(keepends=True),
+                                    np.split(ids, np.cumsum(counts)[:-1])):
+                out.setdefault(d, (line, row))
         return out
 
     def whole_pieces(self, bucket: int, wanted: np.ndarray) -> list[Path] | None:
@@ -171,7 +166,7 @@ class SharedStore:
         by a corpus holding the same documents in the same order); None when none do."""
         pieces, at = [], 0
         for path in self.pieces(bucket):
-            digests = _header(path)[0]
+            digests = _header(path)
             if at + len(digests) <= len(wanted) and np.array_equal(digests, wanted[at:at + len(digests)]):
                 pieces.append(path)
                 at += len(digests)
@@ -217,10 +212,11 @@ def _members(path: Path) -> tuple[bytes, np.ndarray, np.ndarray]:
     return body, counts, ids - np.repeat(before, counts)
 
 
-def _header(path: Path) -> tuple[np.ndarray, int]:
+def _header(path: Path) -> np.ndarray:
+    """A piece's digests."""
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
-        return np.frombuffer(f.read(n * DIGEST_BYTES), dtype=DIGEST), 8 + n * DIGEST_BYTES
+        return np.frombuffer(f.read(n * DIGEST_BYTES), dtype=DIGEST)
 
 
 def fill_store(store: SharedStore, docs: Iterable[tuple[str, str]], digests: np.ndarray, mask: np.ndarray,
@@ -295,16 +291,26 @@ def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarra
     ``shard_docs``); any other bucket line by line."""
     buckets = np.frombuffer(digests.tobytes(), dtype=np.uint8)[::DIGEST_BYTES]
     stats, k, n_open, out, c = TermStats(), first_shard, 0, None, None
+
+    def end_member() -> None:  # of the lines written one by one
+        nonlocal c
+        if c is not None:
+            out.write(c.flush())
+            c = None
+
+    def close_shard() -> None:
+        nonlocal out, k, n_open
+        end_member()
+        out.close()
+        out, k, n_open = None, k + 1, 0
+
     try:
         for b in tqdm(np.unique(buckets[mask]).tolist(), desc="shared shards", unit="bucket", mininterval=5):
             wanted = digests[np.flatnonzero(mask & (buckets == b))]
-            if out is None:
-                out = open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb")
             terms: list[np.ndarray] = []
             if (pieces := store.whole_pieces(b, wanted)) is not None:
-                if c is not None:  # end the member of lines written one by one
-                    out.write(c.flush())
-                    c = None
+                out = out or open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb")
+                end_member()
                 for path in pieces:
                     body, counts, ids = _members(path)
                     out.write(body)
@@ -312,14 +318,15 @@ def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarra
                     stats.n_empty += int((counts == 0).sum())
                 stats.n += len(wanted)
                 n_open += len(wanted)
+                if n_open >= shard_docs:
+                    close_shard()
             else:
                 lines = store.lines(b, wanted)
                 for d in wanted.tolist():
                     if d not in lines:
                         raise RuntimeError(f"{store.root}: the vector of a shared document (digest {d.hex()}) is "
                                            "missing from the store; rerun the encode")
-                    if out is None:
-                        out = open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb")
+                    out = out or open(out_dir / f"docs-{k:05d}.jsonl.gz", "wb")
                     c = c or gzip_compressor()
                     line, doc_terms = lines[d]
                     out.write(c.compress(line))
@@ -328,21 +335,13 @@ def write_shared_shards(store: SharedStore, digests: np.ndarray, mask: np.ndarra
                     stats.n_empty += not len(doc_terms)
                     n_open += 1
                     if n_open >= shard_docs:
-                        out.write(c.flush())
-                        out.close()
-                        out, c, k, n_open = None, None, k + 1, 0
-            if n_open >= shard_docs:
-                out.write(c.flush() if c is not None else b"")
-                out.close()
-                out, c, k, n_open = None, None, k + 1, 0
+                        close_shard()
             bucket_df = TermStats()
             flat = np.concatenate(terms).astype(np.int64) if terms else np.zeros(0, dtype=np.int64)
             bucket_df.nnz, bucket_df.df = len(flat), np.bincount(flat)
             stats.merge(bucket_df)
         if out is not None:
-            out.write(c.flush() if c is not None else b"")
-            out.close()
-            out = None
+            close_shard()
     finally:
         if out is not None:
             out.close()
