@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from splade_rescale.retrieval.skips import SKIPPED, collapsed, skipped
 
@@ -220,9 +220,22 @@ def prepare_corpus_cmd(args: argparse.Namespace) -> None:
     p.add_argument("--out", required=True, type=Path, help="16 bytes per document, in corpus order"),
 ))
 def corpus_digests_cmd(args: argparse.Namespace) -> None:
-    """A digest of each document's id and text: what tells a model's encodes which documents corpora share."""
-    from splade_rescale.retrieval.shared_documents import write_corpus_digests
+    """A digest of each document's id and text: what tells a declared corpus which vectors its source holds."""
+    from splade_rescale.encoding.reuse import write_corpus_digests
     write_corpus_digests(args.name, args.corpus, args.out)
+
+
+@command("vectors-overlap", lambda p: (
+    p.add_argument("--name", required=True, help="the corpus that declares a source of vectors"),
+    p.add_argument("--digests", required=True, type=Path, help="its digests (corpus-digests)"),
+    p.add_argument("--source", required=True, help="the source corpus's name"),
+    p.add_argument("--source-digests", required=True, type=Path, help="the source's digests"),
+    p.add_argument("--out", required=True, type=Path, help="JSON record of the overlap"),
+))
+def vectors_overlap_cmd(args: argparse.Namespace) -> None:
+    """How many of a corpus's documents its declared source holds; a warning when that saves little."""
+    from splade_rescale.encoding.reuse import write_overlap
+    write_overlap(args.name, args.digests, args.source, args.source_digests, args.out)
 
 
 @command("prepare-queries", lambda p: (
@@ -299,6 +312,9 @@ def _encoder(args: argparse.Namespace):
     p.add_argument("--out", required=True, type=Path, help="JsonVectorCollection folder; stats JSON beside it"),
     p.add_argument("--part", type=int, default=0, help="encode only this part (0-based) of --parts"),
     p.add_argument("--parts", type=int, default=1, help="contiguous parts the corpus is encoded in (join-parts)"),
+    p.add_argument("--vectors-from", type=Path, help="the declared source corpus's collection of the same model"),
+    p.add_argument("--digests", type=Path, help="with --vectors-from: this corpus's digests (corpus-digests)"),
+    p.add_argument("--source-digests", type=Path, help="with --vectors-from: the source corpus's digests"),
 ))
 def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """Encode a corpus once for all its query sets (gzipped JsonVectorCollection shards).
@@ -310,6 +326,7 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """
     from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.data.prepare import model_documents, prepared_docs, prepared_files_digest
+    from splade_rescale.encoding.reuse import Reuse
     from splade_rescale.gpus import claim_for_job
     from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
 
@@ -333,24 +350,10 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
                       model_budget_gb=run["model_budget_gb"], model_docs=model_docs,
                       files_sha256=prepared_files_digest(args.prepared) if args.prepared else None,
                       part=args.part, parts=args.parts,
-                      **_sharing(args.name, args.prepared, run["model_corpora"], args.out))
+                      reuse=Reuse(args.digests, args.vectors_from, args.source_digests) if args.vectors_from else None)
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
-
-
-def _sharing(name: str, prepared: Path | None, corpora: Mapping[str, Mapping[str, Any]], out: Path
-             ) -> dict[str, Any]:
-    """encode_corpus's ``digests`` and ``others``: the digests files beside each corpus's preparation record,
-    of the model's corpora that may still share (:func:`may_share`, by their statistics beside ``out``)."""
-    from splade_rescale.retrieval.encode import stats_path_for
-    from splade_rescale.retrieval.shared_documents import digests_path, fresh_digests, may_share, store_root
-
-    if prepared is None or (own := fresh_digests(prepared)) is None:
-        return {}
-    encoded = store_root(out).parent / "corpora"
-    return {"digests": own, "others": {c: digests_path(e["prepared"]) for c, e in corpora.items()
-                                       if c != name and may_share(stats_path_for(encoded / c))}}
 
 
 @command("join-parts", lambda p: (

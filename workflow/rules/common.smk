@@ -15,6 +15,7 @@ from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
 from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities, train_job_priorities
 from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files
+from splade_rescale.encoding.reuse import declared_sources
 from splade_rescale.errors import ConfigError
 from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
 from splade_rescale.runs import RUN_PATTERN, VARIANT_PATTERN, split_run
@@ -84,6 +85,10 @@ MINED = TRAIN_DATA["source"] == "beir_local" and TRAIN_DATA.get("negatives") == 
 CORPUS_OF, CORPORA = corpora(config["datasets"])
 CORPUS_OF = ConfigSection("datasets", CORPUS_OF)
 CORPORA = ConfigSection("corpus names", CORPORA)
+try:  # corpus -> the corpus whose vectors it copies where the two hold the same document (encoding.reuse)
+    VECTORS_FROM = declared_sources(config["datasets"])
+except ConfigError as exc:
+    raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles)) or 'command line'}): {exc}")
 # Training runs per backbone x variant, one per seed: the variant's name alone for one seed
 # (every path as without seeds), else {variant}/seed-{n} (splade_rescale.runs). Norms and the
 # rescaled init/ are the variant's and shared by its seeds.
@@ -105,9 +110,24 @@ def prepared_corpus(corpus):
 
 
 def corpus_digests(corpus):
-    """A corpus's document digests (data.smk), beside its preparation record: what tells encodes which
-    documents another corpus holds too (retrieval.shared_documents.digests_path)."""
+    """A corpus's document digests (data.smk), beside its preparation record: what tells a declared corpus's
+    encode which documents its source holds (encoding.reuse)."""
     return res(f"data/corpora/{corpus}.digests")
+
+
+def vectors_overlap(corpus):
+    """The record of how many of a declaring corpus's documents its source holds (data.smk)."""
+    return res(f"data/corpora/{corpus}.overlap.json")
+
+
+def reused_vectors(w):
+    """A declaring corpus's encode inputs (datasets.*.vectors_from): the source's collection of the same model
+    and both corpora's digests; none for any other corpus."""
+    source = VECTORS_FROM.get(w.corpus)
+    if source is None:
+        return {}
+    return {"vectors_from": res(f"encoded/{w.backbone}/{w.run}/corpora/{source}"),
+            "digests": corpus_digests(w.corpus), "source_digests": corpus_digests(source)}
 
 
 wildcard_constraints:
@@ -285,6 +305,7 @@ def all_targets():
         + published_metrics()
         + [res(f"metrics/bm25/{d}.json") for d in DATASETS]
         + [corpus_digests(c) for c in CORPORA]
+        + [vectors_overlap(c) for c in VECTORS_FROM]
         + TABLE_TARGETS
     )
 

@@ -57,10 +57,8 @@ rule prepare_corpus:
 
 
 rule corpus_digests:
-    """A digest of each document's id and text, beside the corpus's preparation record. Not an input of any
-    encode: an encode job reads the digests present at run time and takes a document that another corpus of
-    the experiment holds too (same id, same text) from its model's store of shared vectors, or encodes it into
-    that store once (retrieval.shared_documents). Adding a corpus adds its digests and reruns no encode."""
+    """A digest of each document's id and text, beside the corpus's preparation record: by them a corpus that
+    declares a source of vectors (datasets.*.vectors_from) finds the documents its source holds (encoding.reuse)."""
     input:
         prepared_corpus("{corpus}"),
     output:
@@ -75,6 +73,26 @@ rule corpus_digests:
         "../../envs/pipeline.yaml"
     shell:
         "splade-rescale corpus-digests --name {wildcards.corpus} --corpus {params.corpus:q} --out {output} > {log} 2>&1"
+
+
+rule vectors_overlap:
+    """How many of a declaring corpus's documents its source holds (their vectors are copied, not encoded), in
+    its log and record; a warning when that is under a tenth: the declaration then saves little."""
+    input:
+        digests=corpus_digests("{corpus}"),
+        source_digests=lambda w: corpus_digests(VECTORS_FROM[w.corpus]),
+    output:
+        vectors_overlap("{corpus}"),
+    params:
+        source=lambda w: VECTORS_FROM[w.corpus],
+    localrule: True
+    log:
+        res("logs/vectors_overlap/{corpus}.log"),
+    conda:
+        "../../envs/pipeline.yaml"
+    shell:
+        "splade-rescale vectors-overlap --name {wildcards.corpus} --digests {input.digests} --source {params.source} "
+        "--source-digests {input.source_digests} --out {output} > {log} 2>&1"
 
 
 rule prepare_queries:
@@ -157,6 +175,7 @@ rule data:
     input:
         [prepared_corpus(c) for c in PREPARED_CORPORA],
         [corpus_digests(c) for c in CORPORA],
+        [vectors_overlap(c) for c in VECTORS_FROM],
         PREPARED_QUERIES,
         sorted(set(PREPARED_EXAMPLES.values())),
         [res("training/examples.jsonl")] if MINED else [],

@@ -7,11 +7,20 @@ ENCODE_CORPUS_INPUT = dict(
     prepared=prepared_corpus("{corpus}"),  # data.smk: the corpus local, its document count
     settings=lambda w: settings(f"corpus-encoding.{w.backbone}"),
 )
+
+
+def reuse_args(w, input):
+    """encode-corpus's arguments for a corpus that declares a source of vectors (common.smk: reused_vectors)."""
+    if w.corpus not in VECTORS_FROM:
+        return ""
+    return f"--vectors-from {input.vectors_from} --digests {input.digests} --source-digests {input.source_digests}"
+
+
 ENCODE_CORPUS_CMD = (
     "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
     "--name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input.prepared} --encoding {params.encoding:q} "
     "--runtime \"$SPLADE_RESCALE_RUNTIME\" --device \"$SPLADE_RESCALE_DEVICE\" --gpus {resources.gpu} --threads {threads} "
-    "--out {output.corpus} {params.part} > {log} 2>&1")
+    "--out {output.corpus} {params.part} {params.reuse} > {log} 2>&1")
 
 
 rule encode_corpus:
@@ -24,12 +33,13 @@ rule encode_corpus:
     (environment variables set in common.smk): editing them reruns no job. The documents are
     read from local files only (ir_datasets' docs store in $IR_DATASETS_HOME, built by
     prepare_corpus). The per-model budget counts the documents of every corpus from their
-    preparation records, read at run time, not as inputs: adding a corpus reruns no encode. So are
-    the other corpora's document digests (rule corpus_digests): a document another corpus holds too
-    (same id, same text) is encoded once per model, into its store encoded/{backbone}/{run}/shared/
-    (retrieval.shared_documents), and copied from there into each corpus's shards.
+    preparation records, read at run time, not as inputs: adding a corpus reruns no encode. A corpus
+    that declares a source of vectors (datasets.*.vectors_from) waits for the source's collection of
+    the same model, copies the lines of the documents both hold (by the digests of rule corpus_digests)
+    and encodes the rest: the collection of a plain encode (encoding.reuse).
     """
     input:
+        unpack(reused_vectors),
         **ENCODE_CORPUS_INPUT,
     output:
         corpus=temp(directory(res("encoded/{backbone}/{run}/corpora/{corpus}"))),
@@ -40,6 +50,7 @@ rule encode_corpus:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(config, w.backbone)),
         part="",
+        reuse=reuse_args,
     threads: THREADS["encode"]
     priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
@@ -66,6 +77,7 @@ use rule encode_corpus as encode_corpus_part with:
         corpus=lambda w: as_json(CORPORA[w.corpus]),
         encoding=lambda w: as_json(corpus_encoding(config, w.backbone)),
         part=lambda w: f"--part {w.part} --parts {w.parts}",
+        reuse=reuse_args,
     log:
         res("logs/encode_corpus/{backbone}.{run}.{corpus}.{part}-of-{parts}.log"),
     benchmark:

@@ -14,8 +14,6 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import numpy as np
-
 from splade_rescale.config import query_max_length
 from splade_rescale.costs.model_shapes import ModelShape, model_shape
 from splade_rescale.data.corpora import corpora
@@ -83,32 +81,23 @@ def query_size(name: str, spec: Mapping[str, Any], root: Path, text: Mapping[str
     return _counted(load_dataset(name, spec, root).queries.values(), "counted")
 
 
-def shared_documents(experiment: str, sizes: Mapping[str, Size], root: Path) -> dict[str, Any]:
-    """Documents of each corpus that an earlier corpus (config order) holds too, which a model encodes once
-    (:mod:`splade_rescale.retrieval.shared_documents`): ``docs``, counted between the corpora whose digests
-    exist (``results/{experiment}/data/corpora/{corpus}.digests``); ``bound``: what a corpus whose digests,
-    or an earlier one's, do not exist yet could share at most (its count, capped by theirs), an upper bound;
-    ``store``: documents of each corpus that another holds, which its encode takes through the model's store."""
-    from splade_rescale.retrieval.shared_documents import digests_path, first_words, read_digests
+def reused_documents(config: Mapping[str, Any], sizes: Mapping[str, Size], root: Path) -> dict[str, Any]:
+    """Per corpus that declares a source of vectors (datasets.*.vectors_from): the documents its encode copies
+    instead of encoding, counted from both corpora's digests where they exist (rule corpus_digests), else ASSUMED:
+    every document of the smaller corpus, an upper bound."""
+    from splade_rescale.encoding.reuse import declared_sources, read_digests, source_lines
 
-    paths = {c: digests_path(root / "results" / experiment / "data" / "corpora" / f"{c}.json") for c in sizes}
-    present = [c for c, p in paths.items() if p.is_file()]
-    heads = [first_words(read_digests(paths[c])) for c in present]
-    docs, store = dict.fromkeys(sizes, 0), dict.fromkeys(sizes, 0)
-    if heads:
-        _, first, seen, times = np.unique(np.concatenate(heads), return_index=True, return_inverse=True,
-                                          return_counts=True)  # each document's first place and its corpora
-        ends = np.cumsum([len(h) for h in heads])
-        firsts = np.bincount(np.searchsorted(ends, first, side="right"), minlength=len(heads))
-        docs.update({c: len(h) - int(f) for c, h, f in zip(present, heads, firsts)})
-        elsewhere = np.split(times[seen] > 1, ends[:-1])
-        store.update({c: int(e.sum()) for c, e in zip(present, elsewhere)})
-    bound, earlier, earlier_missing = {}, 0, 0
-    for c, s in sizes.items():
-        bound[c] = min(s.count - docs[c], earlier_missing if c in present else earlier)
-        earlier += s.count
-        earlier_missing += 0 if c in present else s.count
-    return {"docs": docs, "bound": bound, "store": store}
+    folder = root / "results" / config["experiment"] / "data" / "corpora"
+    out = {}
+    for corpus, source in declared_sources(config["datasets"]).items():
+        paths = [folder / f"{c}.digests" for c in (corpus, source)]
+        if all(p.is_file() for p in paths):
+            docs, how = int((source_lines(*map(read_digests, paths)) >= 0).sum()), "measured from the digests"
+        else:
+            docs = min(sizes[corpus].count, sizes[source].count)
+            how = "ASSUMED, an upper bound: every document of the smaller corpus, until `snakemake data` writes digests"
+        out[corpus] = {"source": source, "docs": docs, "how": how}
+    return out
 
 
 def tokens(words: float, tokens_per_word: float, max_length: int) -> float:
@@ -142,11 +131,11 @@ def train_tokens_per_query(recipe: Mapping[str, Any], data: Mapping[str, Any], t
 def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: str | Path = ".") -> dict[str, Any]:
     """Every figure of the bill, per model and in total, as plain data."""
     root = Path(root)
-    lucene, disk, text, store = (throughputs[k] for k in ("lucene", "disk", "text", "shared_store"))
+    lucene, disk, text = (throughputs[k] for k in ("lucene", "disk", "text"))
     tpw, k = float(text["tokens_per_word"]), int(config["retrieval"]["k"])
     of_dataset, corpus_specs = corpora(config["datasets"])
     corpus_sizes = {c: corpus_size(c, s, root, text) for c, s in corpus_specs.items()}
-    shared = shared_documents(config["experiment"], corpus_sizes, root)
+    reused = reused_documents(config, corpus_sizes, root)
     query_sizes = {d: query_size(d, s, root, text) for d, s in config["datasets"].items()}
     startup_h = float(throughputs["gpu"]["job_startup_s"]) / 3600
 
@@ -180,16 +169,8 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
                 "keep_checkpoints"]
         else:
             row["model_bytes"] = 4 * shape.parameters
-        row["store_wait_h"] = {c: (s.count * store["fill_s_per_doc"] * (shared["store"][c] > shared["docs"][c])
-                                   + shared["store"][c] * store["shards_s_per_doc"]) / 3600
-                               for c, s in corpus_sizes.items()}  # a pass if it fills the store; its shards
-        row["encode_corpus_h"] = {c: encode_h(dataclasses.replace(s, count=s.count - shared["docs"][c]),
-                                              encoding["doc_max_length"]) + row["store_wait_h"][c]
-                                  for c, s in corpus_sizes.items()}
-        row["sharing_bound_h"] = sum(encode_h(dataclasses.replace(s, count=shared["bound"][c]),
-                                              encoding["doc_max_length"]) - startup_h
-                                     - shared["bound"][c] * (store["fill_s_per_doc"] + 2 * store["shards_s_per_doc"])
-                                     / 3600 for c, s in corpus_sizes.items())
+        row["encode_corpus_h"] = {c: encode_h(dataclasses.replace(s, count=s.count - reused.get(c, {}).get("docs", 0)),
+                                              encoding["doc_max_length"]) for c, s in corpus_sizes.items()}
         row["query_gpu_h"] = startup_h + sum(encode_h(s, query_max_length(encoding, config["datasets"][d]))
                                              - startup_h for d, s in query_sizes.items())
         row["index_core_h"] = {c: s.count / lucene["impact_index_docs_per_s_per_thread"] / 3600
@@ -199,7 +180,6 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         row["encode_gpu_h"] = sum(row["encode_corpus_h"].values()) + row["query_gpu_h"]
         row["index_bytes"] = sum(s.count for s in corpus_sizes.values()) * disk["impact_index_bytes_per_doc"]
         row["shard_bytes"] = sum(s.count for s in corpus_sizes.values()) * disk["shard_bytes_per_doc"]
-        row["shared_store_bytes"] = sum(shared["docs"].values()) * disk["shard_bytes_per_doc"]  # kept: a cache
         row["other_bytes"] = sum(s.count for s in query_sizes.values()) * (
             disk["query_vector_bytes_per_query"] + k * disk["run_bytes_per_hit"])
         rows.append(row)
@@ -210,18 +190,17 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
             "bytes": sum(s.count * s.words for s in corpus_sizes.values()) * disk["bm25_index_bytes_per_word"]
             + sum(s.count for s in query_sizes.values()) * k * disk["run_bytes_per_hit"]}
     backbones = sum(4 * shapes[b].parameters for b in config["backbones"])
-    final = (sum(r["index_bytes"] + r["model_bytes"] + r["other_bytes"] + r["shared_store_bytes"] for r in rows)
+    final = (sum(r["index_bytes"] + r["model_bytes"] + r["other_bytes"] for r in rows)
              + bm25["bytes"] + backbones)
     largest = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
     totals = {"train_gpu_h": sum(r["train_gpu_h"] for r in rows), "encode_gpu_h": sum(r["encode_gpu_h"] for r in rows),
               "index_core_h": sum(sum(r["index_core_h"].values()) for r in rows) + sum(bm25["index_core_h"].values()),
               "retrieve_core_h": sum(sum(r["retrieve_core_h"].values()) for r in rows)
               + sum(bm25["retrieve_core_h"].values()),
-              "shared_docs_per_model": sum(shared["docs"].values()),
-              "store_wait_gpu_h": sum(sum(r["store_wait_h"].values()) for r in rows),
-              "sharing_bound_gpu_h": sum(r["sharing_bound_h"] for r in rows),
+              "reused_docs_per_model": sum(r["docs"] for r in reused.values()),
               "final_bytes": final, "peak_bytes": final + corpus_sizes[largest].count * disk["shard_bytes_per_doc"]}
     return {"config": config["experiment"], "models": rows, "bm25": bm25, "totals": totals, "largest_corpus": largest,
+            "reused": reused,
             "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
             "queries": {d: dataclasses.asdict(s) for d, s in query_sizes.items()},
             "memory": peak_memory(config, shapes, corpus_sizes[largest].count, throughputs)}
@@ -283,14 +262,8 @@ def render_bill(plan: Mapping[str, Any], jobs: Mapping[str, int], configfile: st
              "| total | |", "|---|---|",
              f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
              f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
-             f"| documents in two corpora, encoded once a model (digests counted) | {t['shared_docs_per_model']:,} |",
-             *([] if t["store_wait_gpu_h"] == 0 else [
-                 "| of the encoding GPU-hours, the GPU waiting on the host's work for the store of shared documents "
-                 f"| {_h(t['store_wait_gpu_h'])} |"]),
-             *([] if t["sharing_bound_gpu_h"] == 0 else [
-                 "| GPU-hours shared documents would save: an UPPER BOUND until the corpora's digests exist "
-                 "(`snakemake data`) | " + (f"at most {_h(t['sharing_bound_gpu_h'])} |" if t["sharing_bound_gpu_h"]
-                                           > 0 else "none: the store's host work costs more than encoding twice |")]),
+             *[f"| documents of {c} a model copies from {r['source']} instead of encoding (vectors_from), {r['how']} "
+               f"| {r['docs']:,} |" for c, r in plan["reused"].items()],
              f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_core_h'])} |",
              f"| CPU core-hours, retrieval | {_h(t['retrieve_core_h'])} |",
              f"| disk at the end (GB) | {t['final_bytes'] / 1e9:,.1f} |",
@@ -330,16 +303,11 @@ ASSUMPTIONS = (
     "from BEIR's published table (text.document_words, text.query_words) or counted.",
     "Lucene: per-thread (core-second) figures; indexing documents per core-second; a search's core-seconds "
     "linear in the index's documents (lucene.search_s_per_query; queries over 64 tokens count as long).",
-    "Shared documents: a document with the same id and text as one of an earlier corpus (config order) is "
-    "encoded once a model, counted between the corpora whose digests exist (rule corpus_digests); where a "
-    "corpus's, or an earlier one's, do not exist yet, nothing is subtracted and the bill gives an upper bound "
-    "of the saving: every document of the corpus that those earlier corpora's counts could hold. An encode "
-    "that shares holds its GPU while the host passes over its texts (when it fills the store) and writes its "
-    "shared documents' shards from the store (shared_store); that wait is added to its GPU-hours and taken off "
-    "the bound (a pass and two corpora's shards a shared document, the least it costs).",
+    "Declared reuse (datasets.*.vectors_from): a corpus's encode is billed for the documents its source lacks "
+    "(same id and text, counted from both corpora's digests, else assumed as the plan says); copying the others' "
+    "lines (one read of the source's shards, one merge) is not billed.",
     "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
-    "largest corpus's shards; the end = impact and BM25 indexes, each model's store of shared documents, "
-    "models (init + final + kept checkpoints "
+    "largest corpus's shards; the end = impact and BM25 indexes, models (init + final + kept checkpoints "
     "with AdamW state at 12 B a parameter), backbones, query vectors and runs. The Hugging Face and "
     "ir_datasets caches are not counted.",
     "Memory: see splade_rescale.costs.plan.peak_memory; a Lucene job what it declares (mem_mb: "

@@ -41,16 +41,15 @@ ir_datasets knows the count. ``max_active_dims`` optionally keeps only each docu
 top-k weights (sentence-transformers' name for the same pruning); off by default. A NaN or
 infinite weight stops the encode with one line naming the model, the corpus and the document.
 
-Documents another corpus of the experiment holds too (same id, same text) go through the model's store of
-shared vectors instead (:mod:`splade_rescale.retrieval.shared_documents`): each is encoded once per model.
+A corpus that declares another as its source of vectors copies the lines of the documents the source holds
+(:mod:`splade_rescale.encoding.reuse`) and encodes only the rest.
 
-Over 400 lines (about 670) because batching on the grid, the size guard, the parts, the shared documents and
+Over 400 lines (about 670) because batching on the grid, the size guard, the parts and
 the CLI stages all act on one window loop.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -60,13 +59,14 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, Sized
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, Sized
 
 import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_dir, atomic_file, write_json
 from splade_rescale.data.corpora import CHUNK_DOCS, part_range
+from splade_rescale.encoding.reuse import Reuse, encode_reusing, plan_reuse
 from splade_rescale.model.sparse_rows import NonFiniteWeights, SparseRows
 from splade_rescale.model.splade import SpladeEncoder
 from splade_rescale.retrieval.shard_folder import (
@@ -85,16 +85,6 @@ from splade_rescale.retrieval.shard_folder import (
     resume_inputs,
     shard_docs_for,
     work_folder,
-)
-from splade_rescale.retrieval.shared_documents import (
-    STALE_DIGEST,
-    SharedStore,
-    doc_digest,
-    fill_store,
-    read_digests,
-    shared_mask,
-    store_root,
-    write_shared_shards,
 )
 
 log = logging.getLogger(__name__)
@@ -440,17 +430,15 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
                   budget_gb: float | None = None, max_active_dims: int | None = None,
                   index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
                   model_docs: int | None = None, files_sha256: Mapping[str, str] | None = None,
-                  part: int = 0, parts: int = 1, digests: str | Path | None = None,
-                  others: Mapping[str, Path] | None = None) -> dict:
+                  part: int = 0, parts: int = 1, reuse: Reuse | None = None) -> dict:
     """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside.
 
     ``total``: the corpus's document count from its preparation; without it the corpus is
     counted here (a local one) or taken from ir_datasets / the published size. ``files_sha256``:
     the local files' digests from the same preparation, part of the resume key. ``part`` of
     ``parts``: only that contiguous range of the corpus (:func:`part_range`; :func:`join_parts`
-    makes the corpus's collection of them). ``digests``: the corpus's document digests; ``others``: the
-    model's other corpora's digests files (name -> path): a document one of them holds too is taken from, or
-    encoded into, the model's store of shared documents (:mod:`splade_rescale.retrieval.shared_documents`).
+    makes the corpus's collection of them). ``reuse``: the corpus's declared source of vectors
+    (:mod:`splade_rescale.encoding.reuse`): a document the source holds gets its line there, the rest are encoded.
     """
     from splade_rescale.data.datasets import load_corpus
 
@@ -468,145 +456,32 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
         docs = itertools.islice(docs, start, None)
     enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision, texts=total)
     inputs = resume_inputs(model_dir, name, corpus_spec, head, files_sha256)
-    shared = _shared_in_range(name, digests, others or {}, total, start, stop)
+    plan = plan_reuse(reuse, start, stop) if reuse else None
     try:
-        if shared is None:
+        if plan is None:
             stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size,
                                 total, budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
                                 max_active_dims=max_active_dims, index_threads=index_threads, inputs=inputs,
                                 start=start, stop=stop)
         else:
-            def range_docs() -> Iterator[tuple[str, str]]:  # the part's documents, once more
-                return itertools.islice(load_corpus(name, corpus_spec, root, count=False)[0], start, stop)
+            def own(docs: Iterator[tuple[str, str]], out: Path, count: int, tag: str) -> dict:
+                """The documents the source lacks, size-guarded as the whole corpus would be."""
+                return encode_docs(enc, docs, out, max_length, batch_size, quantization, shard_size, chunk_size, count,
+                                   budget_gb=budget_gb * count / total if budget_gb and total else None,
+                                   model_budget_gb=model_budget_gb, model_docs=model_docs,
+                                   max_active_dims=max_active_dims, index_threads=index_threads,
+                                   inputs={**inputs, "reuse": tag})
 
-            stats = _encode_sharing(enc, range_docs, *shared, Path(out_dir), inputs, Batching(max_length, batch_size),
-                                    quantization, max_active_dims, shard_size, chunk_size, index_threads,
-                                    Budgets(budget_gb, total, model_budget_gb, model_docs))
+            key = {**inputs, **encoder_numerics(enc), "max_length": max_length, "quantization": quantization,
+                   "max_active_dims": max_active_dims}
+            stats = encode_reusing(reuse, plan, docs, Path(out_dir), own, key,
+                                   shard_docs_for(len(plan.lines), shard_size, index_threads))
     except NonFiniteWeights as exc:
         raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for document {exc.item!r} of corpus "
                          f"{name!r}; {NON_FINITE_FIX}") from None
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
                                          "bf16_autocast": bf16_autocast(enc), **stats})
     return stats
-
-
-def _shared_in_range(name: str, digests: str | Path | None, others: Mapping[str, Path], total: int | None,
-                     start: int, stop: int | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """The range's digests and which of its documents another corpus holds; None when it shares none."""
-    if not digests or not others:
-        return None
-    if not Path(digests).is_file():
-        log.info("%s: no document digests yet (%s): its documents are not shared", name, digests)
-        return None
-    own = read_digests(digests)
-    if total is not None and len(own) != total:
-        log.warning("%s: %s holds %d digests for %d documents: not shared; fix: rerun rule corpus_digests", name,
-                    digests, len(own), total)
-        return None
-    own = own[start:stop]
-    mask = shared_mask(name, own, others)
-    return (own, mask) if mask.any() else None
-
-
-def _encode_sharing(enc: Encoder, range_docs: Callable[[], Iterator[tuple[str, str]]], digests: np.ndarray,
-                    mask: np.ndarray, out_dir: Path, inputs: Mapping[str, Any], batching: Batching,
-                    quantization: float, max_active_dims: int | None, shard_size: int, chunk_size: int,
-                    index_threads: int, budgets: Budgets) -> dict:
-    """A corpus (range) whose ``mask`` documents other corpora hold too: the rest encoded by :func:`encode_docs`
-    (resumable, size-guarded), the shared ones through the model's store; one collection of both."""
-    t0 = time.perf_counter()
-    own_n, numerics = int((~mask).sum()), encoder_numerics(enc)
-    staging = out_dir.with_name(f".{out_dir.name}.own")
-    own: dict[str, Any] = {}
-    if own_n:
-        own_inputs = {**inputs, "shared_mask": hashlib.sha256(np.packbits(mask).tobytes() + digests.tobytes())
-                      .hexdigest()}
-        key = json.loads(json.dumps({**own_inputs, **numerics, **batching._asdict(), "quantization": quantization,
-                                     "max_active_dims": max_active_dims, "shard_size": shard_size,
-                                     "index_threads": index_threads, "chunk_size": chunk_size}))
-        done = stats_path_for(staging)
-        if staging.is_dir() and done.is_file() and (kept := json.loads(done.read_text())).pop("key", None) == key:
-            own = {**kept, "resumed_docs": own_n, "encoded_docs": 0}  # a run killed after it, in the store's part
-            log.info("%s: its %d documents of its own were encoded by an earlier run: kept", staging, own_n)
-        else:
-            own = encode_docs(enc, _own_documents(range_docs(), digests, mask), staging, batching.max_length,
-                              batching.size, quantization, shard_size, chunk_size, own_n,
-                              budget_gb=budgets.corpus_gb, model_budget_gb=budgets.model_gb,
-                              model_docs=budgets.model_docs, max_active_dims=max_active_dims,
-                              index_threads=index_threads, inputs=own_inputs)
-            write_json(done, {**own, "key": key})
-    store = SharedStore(store_root(out_dir), {
-        "model": inputs["model"], "head": inputs["head"], "max_length": batching.max_length,
-        "quantization": quantization, "max_active_dims": max_active_dims, **numerics, "batch_size": batching.size,
-        "batch_tokens": batching.tokens, "chunk_size": chunk_size})
-
-    judged = not budgets.active()
-
-    def encode(docs: Sequence[tuple[str, str]]) -> list[Batches]:
-        windows = (docs[i:i + chunk_size] for i in range(0, len(docs), chunk_size))
-        return [batches for _, batches in _encode_chunks(enc, windows, batching, quantization, max_active_dims)]
-
-    def to_lines(docs: Sequence[tuple[str, str]], encoded: list[Batches]) -> tuple[list[bytes], list[np.ndarray]]:
-        nonlocal judged
-        lines: list[bytes] = []
-        terms: list[np.ndarray] = []
-        for k, batches in enumerate(encoded):
-            window = docs[k * chunk_size:(k + 1) * chunk_size]
-            lines += VectorLines().ordered([doc_prefix(d) for d, _ in window], batches).splitlines(True)
-            ordered: list[np.ndarray] = [np.zeros(0, dtype=np.int32)] * len(window)
-            for positions, rows in batches:
-                for j, p in enumerate(positions.tolist()):
-                    ordered[p] = rows.terms[rows.indptr[j]:rows.indptr[j + 1]]
-            terms += ordered
-        if not judged:  # the size guard on the first shared documents encoded, as on a corpus's first window
-            c = gzip_compressor()
-            nbytes = len(c.compress(b"".join(lines))) + len(c.flush())
-            _check_budgets(len(lines), nbytes, sum(len(t) for t in terms), budgets)
-            judged = True
-        return lines, terms
-
-    sharing = fill_store(store, range_docs(), digests, mask, out_dir.with_name(f".{out_dir.name}.shared"),
-                         encode, to_lines)
-    with atomic_dir(out_dir) as tmp:
-        own_shards = sorted(staging.glob("docs-*.jsonl.gz")) if own_n else []
-        for k, shard in enumerate(own_shards):
-            _link_or_copy(shard, tmp / f"docs-{k:05d}.jsonl.gz")
-        shared = write_shared_shards(store, digests, mask, tmp, len(own_shards),
-                                     shard_docs_for(int(mask.sum()), shard_size, index_threads))
-        shard_bytes = sum(p.stat().st_size for p in tmp.iterdir())
-        n_shards = len(list(tmp.iterdir()))
-    shutil.rmtree(staging, ignore_errors=True)
-    stats_path_for(staging).unlink(missing_ok=True)
-    df = Counter(own.get("term_df", {}))
-    df.update(shared.as_dict("docs", "doc")["term_df"])
-    n, secs = own.get("n_docs", 0) + shared.n, time.perf_counter() - t0
-    encoded = own.get("encoded_docs", 0) + sharing["shared_encoded_docs"]
-    return {"gzip": f"{COMPRESSOR}-{GZIP_LEVEL}", "quantization": quantization, "max_length": batching.max_length,
-            "max_active_dims": max_active_dims, "size_estimate": None, "resumed_docs": 0, **own,
-            "precision": numerics["precision"], "device": numerics["device"],
-            "n_docs": n, "mean_nnz_per_doc": sum(df.values()) / n,
-            "n_docs_empty_vector": own.get("n_docs_empty_vector", 0) + shared.n_empty,
-            "term_df": dict(sorted(df.items(), key=lambda kv: int(kv[0]))), "seconds": round(secs, 3),
-            "encoded_docs": encoded, "docs_per_second": round(encoded / secs, 2) if encoded else None,
-            "shards": n_shards, "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / n, 1),
-            **sharing}
-
-
-def _own_documents(docs: Iterable[tuple[str, str]], digests: np.ndarray, mask: np.ndarray
-                   ) -> Iterator[tuple[str, str]]:
-    """The documents no other corpus holds; each shared one passed over is checked against its digest, since
-    the store gives it a vector by the digest alone (the store's own pass is skipped when all are published).
-    The last is given once the range is read to its end, so every shared document is checked."""
-    held = None
-    for (docid, text), shared, digest in zip(docs, mask.tolist(), digests.tolist()):
-        if not shared:
-            if held is not None:
-                yield held
-            held = docid, text
-        elif doc_digest(docid, text) != digest:
-            raise ValueError(STALE_DIGEST.format(docid=docid))
-    if held is not None:
-        yield held
 
 
 def join_parts(parts: Sequence[str | Path], out_dir: str | Path) -> dict:
@@ -632,8 +507,8 @@ def join_parts(parts: Sequence[str | Path], out_dir: str | Path) -> dict:
     n, nnz = sum(r["n_docs"] for r in records), sum(df.values())  # a document counts a term once: df sums to nnz
     sums = {key: sum(r[key] for r in records) for key in ("n_docs_empty_vector", "seconds", "resumed_docs",
                                                            "encoded_docs", "shard_bytes")}
-    sharing = ("shared_docs", "shared_encoded_docs", "shared_reused_docs")  # parts that went through the store
-    sums.update({key: sum(r.get(key, 0) for r in records) for key in sharing if any(key in r for r in records)})
+    if any("reused_docs" in r for r in records):  # parts that copied lines from a declared source
+        sums["reused_docs"] = sum(r.get("reused_docs", 0) for r in records)
     stats = {**records[0], **sums, "n_docs": n, "mean_nnz_per_doc": nnz / n, "shards": k, "parts": len(parts),
              "term_df": dict(sorted(df.items(), key=lambda kv: int(kv[0]))),
              "docs_per_second": round(sums["encoded_docs"] / sums["seconds"], 2) if sums["seconds"] else None,
