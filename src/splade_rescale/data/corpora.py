@@ -147,14 +147,8 @@ def corpus_parts(spec: Mapping[str, Any], part_docs: int | None) -> int:
     return max(1, -(-n // part_docs)) if n and part_docs else 1
 
 
-# Documents of a batching window of a corpus encode (the grid that fixes which documents share a batch):
-# large enough that sorting inside it leaves almost no padding, small enough to hold its vectors in memory.
-CHUNK_DOCS = 20_000
-
-
-def part_range(total: int, part: int, parts: int, window: int = CHUNK_DOCS) -> tuple[int, int]:
-    """Documents ``[start, stop)`` of part ``part`` of ``parts``: equal ranges rounded up to whole batching
-    windows, so that each part's batches are those of a one-job encode."""
+def part_range(total: int, part: int, parts: int) -> tuple[int, int]:
+    """Documents ``[start, stop)`` of part ``part`` of ``parts``: equal contiguous ranges (a document's
+    vector depends on the document alone, so any cut gives the vectors of a one-job encode)."""
     size = -(-total // parts)
-    size = -(-size // window) * window
     return min(total, part * size), min(total, (part + 1) * size)

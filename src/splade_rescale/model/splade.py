@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from pathlib import Path
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -27,6 +27,16 @@ from splade_rescale.model.heads import load_masked_lm, logit_shift, mlm_head
 from splade_rescale.model.sparse_rows import SparseRows, sparsify
 
 HeadImpl = Literal["fused", "naive"]
+
+
+class Batch(Protocol):
+    """Texts of one length bucket (:class:`splade_rescale.retrieval.buckets.Batch` is one)."""
+
+    ids: Sequence[Sequence[int]]
+    length: int
+    rows: int
+
+
 Precision = Literal["auto", "bf16", "fp32"]
 
 # A job compiles its backbone (torch.compile) on CUDA when it encodes at least this many texts
@@ -136,18 +146,22 @@ class SpladeEncoder(nn.Module):
         return self.tokenizer(list(texts), truncation=True, max_length=max_length,
                               return_attention_mask=False)["input_ids"]
 
-    def pad(self, ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
-        """A batch of token ids padded to its longest (pinned when the model is on CUDA, for
-        asynchronous copies); no ``attention_mask`` when no text is padded: nothing to mask."""
+    def pad(self, ids: Sequence[Sequence[int]], length: int | None = None,
+            rows: int | None = None) -> dict[str, torch.Tensor]:
+        """A batch of token ids padded to ``length`` tokens (None: its longest, with no
+        ``attention_mask`` when no text is padded: nothing to mask) and filled to ``rows`` rows with
+        copies of its last text (a fixed shape per length bucket: :mod:`splade_rescale.retrieval.buckets`;
+        a fixed length always carries the mask). Pinned when the model is on CUDA, for asynchronous copies."""
+        ids = list(ids) + [ids[-1]] * ((rows or len(ids)) - len(ids))
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        longest = int(lengths.max())
+        longest = length or int(lengths.max())
         input_ids = np.full((len(ids), longest), self.tokenizer.pad_token_id, dtype=np.int64)
         mask = np.arange(longest) < lengths[:, None]
         if self.tokenizer.padding_side == "left":
             mask = mask[:, ::-1]
         input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
         features = {"input_ids": torch.from_numpy(input_ids)}
-        if (lengths < longest).any():
+        if length or (lengths < longest).any():
             features["attention_mask"] = torch.from_numpy(mask.astype(np.int64))
         if self.device.type == "cuda":
             features = {k: v.pin_memory() for k, v in features.items()}
@@ -185,16 +199,17 @@ class SpladeEncoder(nn.Module):
         """Dense SPLADE vectors (len(texts) x vocab, float32, on CPU) for one batch of texts."""
         return self._reps(self.features(texts, max_length)).float().cpu()
 
-    def encode_sparse(self, batches: Iterable[Sequence[Sequence[int]]], quantization: float,
+    def encode_sparse(self, batches: Iterable[Batch], quantization: float,
                       max_active_dims: int | None = None) -> Iterator[SparseRows]:
-        """Quantised non-zeros of each batch of token ids, in order; rounding, top-k and the scan run on
-        the device. Batch k + 1 is queued on the device before batch k's non-zeros are read back (the
-        read waits for the device), so the device never waits for the host between batches."""
-        queued: torch.Tensor | None = None
-        for ids in batches:
-            reps = self._reps(self.pad(ids))
+        """Quantised non-zeros of each batch of one length bucket (``ids``, padded to ``length``, filled
+        to ``rows``: :class:`splade_rescale.retrieval.buckets.Batch`), in order; rounding, top-k and the
+        scan run on the device. Batch k + 1 is queued on the device before batch k's non-zeros are read
+        back (the read waits for the device), so the device never waits for the host between batches."""
+        queued: tuple[torch.Tensor, int] | None = None
+        for batch in batches:
+            reps = self._reps(self.pad(batch.ids, batch.length, batch.rows))
             if queued is not None:
-                yield sparsify(queued, quantization, max_active_dims)
-            queued = reps
+                yield sparsify(queued[0][:queued[1]], quantization, max_active_dims)
+            queued = reps, len(batch.ids)
         if queued is not None:
-            yield sparsify(queued, quantization, max_active_dims)
+            yield sparsify(queued[0][:queued[1]], quantization, max_active_dims)

@@ -57,18 +57,19 @@ import os
 import shutil
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, Sized
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_dir, atomic_file, write_json
-from splade_rescale.data.corpora import CHUNK_DOCS, part_range
+from splade_rescale.data.corpora import part_range
 from splade_rescale.encoding.reuse import Reuse, encode_reusing, plan_reuse
-from splade_rescale.model.sparse_rows import NonFiniteWeights, SparseRows
+from splade_rescale.model.sparse_rows import NonFiniteWeights
 from splade_rescale.model.splade import SpladeEncoder
+from splade_rescale.retrieval.batch_stream import CHUNK_TEXTS, Encoder, encode_stream, take_rows
+from splade_rescale.retrieval.batch_stream import Batching as StreamBatching
 from splade_rescale.retrieval.shard_folder import (
     COMPRESSOR,
     GZIP_LEVEL,
@@ -100,87 +101,11 @@ class TooDenseError(RuntimeError):
     """A corpus whose estimated shards + index exceed the encoding budget."""
 
 
-class Encoder(Protocol):
-    """Tokenise on the host (any thread); encode batches to host CSR rows, the dense work on the device."""
-
-    def tokenize(self, texts: Sequence[str], max_length: int) -> Sequence[Sized]:
-        """Each text's tokens, unpadded (their count sorts and cuts the batches)."""
-
-    def encode_sparse(self, batches: Iterable[Sequence[Any]], quantization: float,
-                      max_active_dims: int | None = None) -> Iterator[SparseRows]:
-        """Each batch of tokenised texts' rows, in order (an encoder may queue the next batch first)."""
-
-
 def load_encoder(model_dir: str | Path, head: str = "fused", device: str | None = None,
                  precision: str = "auto", texts: int | None = None) -> Encoder:
     """The project's SPLADE encoder for a saved MLM model folder (compiled for a job of ``texts``
     texts where that pays: :func:`splade_rescale.model.splade.worth_compiling`)."""
     return SpladeEncoder.from_pretrained(model_dir, head=head, device=device, precision=precision, texts=texts)
-
-
-def token_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[np.ndarray]:
-    """Positions of texts, most tokens first, cut into batches of at most ``batch_size`` texts and
-    ``batch_tokens`` padded tokens (the batch's first, longest text sets its padded length).
-
-    Sorting by token count, not characters, leaves almost no padding (docs/measurements.md).
-    """
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-    batches, start = [], 0
-    while start < len(order):
-        fits = max(1, batch_tokens // max(1, int(lengths[order[start]])))
-        end = min(start + batch_size, start + fits, len(order))
-        batches.append(order[start:end])
-        start = end
-    return batches
-
-
-def _encode_sorted(encoder: Encoder, tokens: Sequence[Sized], batch_size: int, batch_tokens: int,
-                   quantization: float, max_active_dims: int | None) -> Batches:
-    """``(positions, rows)`` per batch of tokenised texts, batched by :func:`token_batches`."""
-    batches = token_batches([len(t) for t in tokens], batch_size, batch_tokens)
-    out: list[tuple[np.ndarray, SparseRows]] = []
-    try:
-        for rows in encoder.encode_sparse(([tokens[i] for i in b] for b in batches), quantization, max_active_dims):
-            out.append((batches[len(out)], rows))
-    except NonFiniteWeights as exc:  # its row in ``tokens``: in the batch after the last one returned
-        raise NonFiniteWeights(int(batches[len(out)][exc.row]), exc.value) from None
-    return out
-
-
-class Batching(NamedTuple):
-    """How texts become batches: at most ``size`` texts and ``tokens`` padded tokens (None:
-    ``size * max_length``, the largest batch of ``size`` texts) of at most ``max_length`` tokens each."""
-
-    max_length: int
-    size: int
-    tokens: int | None = None
-
-    def token_budget(self) -> int:
-        return self.tokens or self.size * self.max_length
-
-
-def _encode_chunks(encoder: Encoder, chunks: Iterable[Sequence[tuple[str, str]]], batching: Batching,
-                   quantization: float, max_active_dims: int | None
-                   ) -> Iterator[tuple[Sequence[tuple[str, str]], Batches]]:
-    """Each chunk of ``(id, text)`` with its batches; the next chunk is tokenised (once, on the
-    tokenizer's threads) while this one encodes. A non-finite weight names its id."""
-    def tokenize(chunk: Sequence[tuple[str, str]]) -> Sequence[Sized]:
-        return encoder.tokenize([t for _, t in chunk], batching.max_length)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="tokenize") as pool:
-        chunks = iter(chunks)
-        chunk = next(chunks, None)
-        pending = pool.submit(tokenize, chunk) if chunk else None
-        while chunk and pending is not None:
-            tokens = pending.result()
-            following = next(chunks, None)
-            pending = pool.submit(tokenize, following) if following else None
-            try:
-                yield chunk, _encode_sorted(encoder, tokens, batching.size, batching.token_budget(), quantization,
-                                            max_active_dims)
-            except NonFiniteWeights as exc:
-                raise NonFiniteWeights(exc.row, exc.value, chunk[exc.row][0]) from None
-            chunk = following
 
 
 def size_estimate(n_docs: int, shard_bytes: int, nnz: int, total: int) -> dict:
@@ -229,39 +154,13 @@ def _check_budgets(n_docs: int, shard_bytes: int, nnz: int, budgets: Budgets) ->
     return estimate
 
 
-def grid_floor(pos: int, window: int, sample: int) -> int:
-    """The batching grid's last boundary at or before ``pos``: multiples of ``window``, and ``sample``
-    (the size guard's first documents) when it is smaller. The grid depends on the corpus's order
-    alone, never on shards, threads or parts, so neither moves a document's batch."""
-    if 0 < sample < window and sample <= pos < window:
-        return sample
-    return pos // window * window
-
-
-def _windows(docs: Iterator[tuple[str, str]], first: int, stop: int | None, window: int,
-             sample: int) -> Iterator[list[tuple[str, str]]]:
-    """Lists of documents from grid boundary ``first`` to ``stop`` (None: the end), one per grid window."""
-    pos = first
-    while stop is None or pos < stop:
-        end = sample if 0 < sample < window and pos < sample else (pos // window + 1) * window
-        chunk = list(itertools.islice(docs, (end if stop is None else min(end, stop)) - pos))
-        if not chunk:
-            return
-        yield chunk
-        pos += len(chunk)
-
-
 def _rows_between(batches: Batches, a: int, b: int) -> Batches:
     """The batches' rows of chunk positions ``[a, b)``, renumbered from ``a`` (a piece of one shard)."""
     out = []
     for positions, rows in batches:
         keep = np.flatnonzero((positions >= a) & (positions < b))
-        if not len(keep):
-            continue
-        lengths = np.diff(rows.indptr)[keep]
-        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(rows.indptr.dtype)
-        take = np.repeat(rows.indptr[keep] - indptr[:-1], lengths) + np.arange(indptr[-1])
-        out.append((positions[keep] - a, SparseRows(indptr, rows.terms[take], rows.weights[take])))
+        if len(keep):
+            out.append((positions[keep] - a, take_rows(rows, keep)))
     return out
 
 
@@ -280,51 +179,46 @@ def _changed(folder: ShardFolder, last_id: str | None, seen: str | None) -> Valu
                       "it from the start")
 
 
-def _measure(folder: ShardFolder, window: Sequence[tuple[str, str]], batches: Batches, budgets: Budgets) -> dict:
-    """The size guard's verdict on one encoded window, its size kept so that a resumed run judges the same."""
+def _measure(folder: ShardFolder, docids: Sequence[str], batches: Batches, budgets: Budgets) -> dict:
+    """The size guard's verdict on the job's first documents, their size kept so that a resumed run judges the same."""
     c = gzip_compressor()
-    data = VectorLines().ordered([doc_prefix(d) for d, _ in window], batches)
+    data = VectorLines().ordered([doc_prefix(d) for d in docids], batches)
     nbytes, nnz = len(c.compress(data)) + len(c.flush()), sum(int(rows.indptr[-1]) for _, rows in batches)
-    folder.save_size_sample(len(window), nbytes, nnz)
-    return _check_budgets(len(window), nbytes, nnz, budgets)
+    folder.save_size_sample(len(docids), nbytes, nnz)
+    return _check_budgets(len(docids), nbytes, nnz, budgets)
 
 
 def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
                 batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
-                chunk_size: int = CHUNK_DOCS, total: int | None = None, *, budget_gb: float | None = None,
+                chunk_size: int = CHUNK_TEXTS, total: int | None = None, *, budget_gb: float | None = None,
                 model_budget_gb: float | None = None, model_docs: int | None = None,
                 size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
                 inputs: Mapping[str, Any] | None = None, batch_tokens: int | None = None, start: int = 0,
                 stop: int | None = None) -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
-    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` after the first window
-    (``size_sample`` documents at the corpus's start) if the whole corpus's estimated shards + index exceed it; with
+    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` once the job's first
+    ``size_sample`` documents are encoded if the whole corpus's estimated shards + index exceed it; with
     ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
     document over ``model_docs`` documents exceed that.
     Finished shards of an interrupted run are verified and kept when it had the same
-    ``inputs`` (what the vectors depend on upstream: model, corpus), output settings, encoder
-    numerics (:func:`encoder_numerics`) and batching; only the rest is encoded. Batches hold at most
-    ``batch_size`` documents and ``batch_tokens`` padded tokens (:class:`Batching`), all of one window
-    of ``chunk_size`` documents of the grid (:func:`grid_floor`). ``start``, ``stop``: only the corpus's
-    documents ``[start, stop)``, ``docs`` beginning at ``start`` (a part; ``start`` on the grid).
+    ``inputs`` (what the vectors depend on upstream: model, corpus), output settings and encoder
+    numerics (:func:`encoder_numerics`); only the rest is encoded. The batching (``batch_size``,
+    ``batch_tokens``, ``chunk_size``) is no input: a document's vector depends on the document alone
+    (:mod:`splade_rescale.retrieval.buckets`). ``start``, ``stop``: only the corpus's documents
+    ``[start, stop)``, ``docs`` beginning at ``start`` (a part).
     """
     out_dir = Path(out_dir)
     folder = ShardFolder(work_folder(out_dir))
     end = total if stop is None else stop
     n_docs = None if end is None else end - start
-    if start != grid_floor(start, chunk_size, size_sample):
-        raise ValueError(f"a part starts at document {start:,}, off the batching grid of {chunk_size:,} documents")
-    shard_docs = shard_docs_for(n_docs, shard_size, index_threads)
     budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
     numerics = encoder_numerics(encoder)
-    batching = Batching(max_length, batch_size, batch_tokens)
     key = {**(inputs or {}), "docs": total, **({"part": [start, end]} if start or stop is not None else {}),
-           "shard_docs": shard_docs, "max_length": max_length,
-           "quantization": quantization, "max_active_dims": max_active_dims, "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}",
-           **numerics, "batch_size": batch_size, "batch_tokens": batch_tokens, "sorted_by": "tokens",
-           "chunk_size": chunk_size, "size_sample": size_sample}
-    finished = folder.start(key, shard_docs, n_docs)
+           "max_length": max_length, "quantization": quantization, "max_active_dims": max_active_dims,
+           "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}", **numerics, "size_sample": size_sample}
+    finished = folder.start(key, shard_docs_for(n_docs, shard_size, index_threads), n_docs)
+    shard_docs = folder.shard_docs  # an earlier run's, where its shards are kept
     done = sum(r.docs for r in finished)
     last_id = finished[-1].last_id if finished else None
     prior = TermStats()
@@ -334,36 +228,36 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
         log.info("resuming at shard %d: %d documents in %d verified shards, %s to encode", len(finished), done,
                  len(finished), "the rest" if n_docs is None else f"{n_docs - done}")
     docs = iter(docs)
-    pos = start + done  # the first document to write; its grid window is encoded whole, as in one run
-    first = grid_floor(pos, chunk_size, size_sample)
-    drop = pos - first
-    if (seen := _skip(docs, first - start)) != last_id and done and not drop:
+    if (seen := _skip(docs, done)) != last_id:
         raise _changed(folder, last_id, seen)
+    if stop is not None:
+        docs = itertools.islice(docs, stop - start - done)
 
     estimate = None
     if budget_gb and not total:
         log.warning("no document count: the size guard of encoding.index_budget_gb cannot run on this corpus")
     t0 = time.perf_counter()
     writer = ShardWriter(folder, shard_docs, done)
+    first = start + done  # the corpus position of the next chunk's first document
     try:
         if budgets.active() and finished:  # judged on the sample kept by the first run, or the finished shards
             kept = folder.size_sample or {"docs": done, "bytes": sum(r.bytes for r in finished), "nnz": prior.nnz}
             estimate = _check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
-        windows = _windows(docs, first, end, chunk_size, size_sample)
+        stream = encode_stream(encoder, docs, max_length, quantization, max_active_dims,
+                               StreamBatching(batch_size, batch_tokens, chunk_size))
         with tqdm(total=n_docs, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
-            for window, batches in _encode_chunks(encoder, windows, batching, quantization, max_active_dims):
-                if drop and window[drop - 1][0] != last_id:
-                    raise _changed(folder, last_id, window[drop - 1][0])
-                if estimate is None and budgets.active():  # the job's first window is the size guard's sample
-                    estimate = _measure(folder, window, batches, budgets)
-                a = drop
-                while a < len(window):  # cut at shard boundaries: a shard is a contiguous range of the part
-                    b = min(len(window), a + shard_docs - (first + a - start) % shard_docs)
-                    writer.put([d for d, _ in window[a:b]],
-                               batches if (a, b) == (0, len(window)) else _rows_between(batches, a, b))
+            for chunk, batches in stream:
+                if estimate is None and budgets.active():  # the job's first documents are the size guard's sample
+                    n = min(size_sample, len(chunk)) if size_sample > 0 else len(chunk)
+                    estimate = _measure(folder, [d for d, _ in chunk[:n]], _rows_between(batches, 0, n), budgets)
+                a = 0
+                while a < len(chunk):  # cut at shard boundaries: a shard is a contiguous range of the part
+                    b = min(len(chunk), a + shard_docs - (first + a - start) % shard_docs)
+                    writer.put([d for d, _ in chunk[a:b]],
+                               batches if (a, b) == (0, len(chunk)) else _rows_between(batches, a, b))
                     a = b
-                bar.update(len(window) - drop)
-                first, drop = first + len(window), 0
+                bar.update(len(chunk))
+                first += len(chunk)
             writer.close()
     except TooDenseError:
         writer.abort(write_queued=False)
@@ -394,18 +288,20 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
 
 def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: str | Path, max_length: int,
                       batch_size: int = 32, quantization: float = 100) -> dict:
-    """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats."""
+    """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats. Queries are batched
+    by length bucket like documents, so a query's vector depends on the query alone."""
     qids = list(queries)
     t0 = time.perf_counter()
-    items = [(q, queries[q]) for q in qids]
-    batches = [b for _, batches in _encode_chunks(encoder, [items], Batching(max_length, batch_size), quantization,
-                                                  None) for b in batches]
+    chunks = list(encode_stream(encoder, [(q, queries[q]) for q in qids], max_length, quantization, None,
+                                StreamBatching(batch_size, None, max(1, len(qids)))))
     secs = time.perf_counter() - t0
     stats = TermStats()
-    for _, rows in batches:
-        stats.add(rows)
-    with atomic_file(out_path) as tmp:
-        tmp.write_bytes(VectorLines().ordered([query_prefix(q) for q in qids], batches))
+    with atomic_file(out_path) as tmp, open(tmp, "wb") as f:
+        lines = VectorLines()
+        for chunk, batches in chunks:
+            for _, rows in batches:
+                stats.add(rows)
+            f.write(lines.ordered([query_prefix(q) for q, _ in chunk], batches))
     if stats.n_empty:
         log.warning("%d of %d queries have an all-zero vector", stats.n_empty, len(qids))
     return {**stats.as_dict("queries", "query"), "seconds": round(secs, 3),
@@ -426,7 +322,7 @@ NON_FINITE_FIX = ("fix: the model's weights or activations overflowed (see its t
 def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
                   batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
                   *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
-                  encoder: Encoder | None = None, chunk_size: int = CHUNK_DOCS, precision: str = "auto",
+                  encoder: Encoder | None = None, chunk_size: int = CHUNK_TEXTS, precision: str = "auto",
                   budget_gb: float | None = None, max_active_dims: int | None = None,
                   index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
                   model_docs: int | None = None, files_sha256: Mapping[str, str] | None = None,
@@ -449,7 +345,7 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
         if not total:
             raise ValueError(f"{name}: no document count, so it cannot be encoded in {parts} parts; fix: prepare "
                              "the corpus (prepare_corpus) first")
-        start, stop = part_range(total, part, parts, chunk_size)
+        start, stop = part_range(total, part, parts)
         if start >= stop:
             raise ValueError(f"{name}: part {part} of {parts} holds no documents ({total:,} in all); fix: raise "
                              "encoding.part_docs")

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 try:  # ISA-L's deflate; plain zlib where the package is missing (the device image, say)
     from isal import isal_zlib as _deflate
@@ -356,20 +355,15 @@ def resume_inputs(model_dir: str | Path, name: str, corpus_spec: Mapping, head: 
 
 
 def encoder_numerics(encoder: Any) -> dict[str, Any]:
-    """What the encoder's numbers depend on besides the model: effective precision and device.
-
-    ``precision``: ``bf16`` under bf16 autocast, else ``fp32``; ``device``: ``cpu`` or ``cuda``
-    with the GPU's name; ``cpu_threads``: on CPU, the threads (they set the float sums' order).
-    ``compiled``: a compiled backbone rounds differently. None for an encoder that is not the project's
-    (a test's stub).
+    """What the encoder's numbers depend on besides the model: effective precision, device type and
+    whether the backbone is compiled (a compiled backbone rounds differently). Not the batching, the
+    threads or the GPU's model: a document's vector depends on the document alone
+    (:mod:`splade_rescale.retrieval.buckets`). None for an encoder that is not the project's (a test's stub).
     """
     bf16 = bf16_autocast(encoder)
     if bf16 is None:
-        return {"precision": None, "device": None, "cpu_threads": None, "compiled": None}
-    device = encoder.device
-    name = f"cuda {torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
-    return {"precision": "bf16" if bf16 else "fp32", "device": name,
-            "cpu_threads": torch.get_num_threads() if device.type == "cpu" else None, "compiled": encoder.compiled}
+        return {"precision": None, "device": None, "compiled": None}
+    return {"precision": "bf16" if bf16 else "fp32", "device": encoder.device.type, "compiled": encoder.compiled}
 
 
 class ShardFolder:
@@ -382,22 +376,26 @@ class ShardFolder:
         self.records = root / "records"
         self.state = root / "state.json"
         self._state: dict[str, Any] = {}
+        self.shard_docs = 0
 
     def start(self, inputs: dict[str, Any], shard_docs: int, total: int | None = None) -> list[ShardRecord]:
         """Finished shards of an earlier run under the same ``inputs`` (verified), else a clean folder.
 
-        ``inputs`` names everything the shards depend on (model, corpus, output settings, precision,
-        device, batching); other inputs start the work again, with one line naming what differs.
+        ``inputs`` names everything the vectors depend on (model, corpus, output settings, precision,
+        device type); other inputs start the work again, with one line naming what differs. The shard
+        size is a runtime setting: kept shards keep the earlier run's (:attr:`shard_docs`).
         Anything else found in the folder (a shard without a valid record, a half-written file) is deleted.
         """
         inputs = json.loads(json.dumps(inputs))  # as state.json reads back
         earlier = self._read_state()
         finished: list[ShardRecord] = []
         if earlier is not None and earlier.get("inputs") == inputs:
+            shard_docs = earlier.get("shard_docs", shard_docs)
             finished = self._verified(shard_docs, total)
         elif earlier is not None:
             log.info("%s: %s: starting again", self.root, _differences(earlier.get("inputs"), inputs))
-        self._state = {"inputs": inputs}
+        self.shard_docs = shard_docs
+        self._state = {"inputs": inputs, "shard_docs": shard_docs}
         if finished and "size_sample" in earlier:
             self._state["size_sample"] = earlier["size_sample"]
         if not finished and self.root.exists():
