@@ -18,8 +18,9 @@ from conftest import REPO
 from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.data.corpora import corpora as corpora_of
 from splade_rescale.data.datasets import load_dataset
+from splade_rescale.digests import doc_digest, write_corpus_digests
 from splade_rescale.encoding import reuse
-from splade_rescale.encoding.reuse import Reuse, declared_sources, doc_digest, write_corpus_digests, write_overlap
+from splade_rescale.encoding.reuse import Reuse, declared_sources, write_overlap
 from splade_rescale.errors import ConfigError
 from splade_rescale.retrieval import encode
 from support.training import save_tiny_bert
@@ -190,7 +191,8 @@ def test_the_dag_makes_a_declaring_corpus_wait_for_its_source_and_a_bad_declarat
     bad.write_text((REPO / "config/config.yaml").read_text().replace("vectors_from: climate-fever",
                                                                      "vectors_from: climate"))
     proc = snakemake("all", "-n", "--cores", "1", "--configfile", str(bad))
-    assert proc.returncode != 0 and "datasets.fever.vectors_from = 'climate' is not a dataset" in proc.stderr
+    assert proc.returncode != 0
+    assert "datasets.fever.vectors_from = 'climate' is not a dataset" in proc.stdout + proc.stderr
 
 
 def test_the_plan_bills_a_declaring_corpus_for_the_documents_its_source_lacks(tmp_path: Path) -> None:

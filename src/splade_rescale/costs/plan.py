@@ -85,7 +85,8 @@ def reused_documents(config: Mapping[str, Any], sizes: Mapping[str, Size], root:
     """Per corpus that declares a source of vectors (datasets.*.vectors_from): the documents its encode copies
     instead of encoding, counted from both corpora's digests where they exist (rule corpus_digests), else ASSUMED:
     every document of the smaller corpus, an upper bound."""
-    from splade_rescale.encoding.reuse import declared_sources, read_digests, source_lines
+    from splade_rescale.digests import read_digests
+    from splade_rescale.encoding.reuse import declared_sources, source_lines
 
     folder = root / "results" / config["experiment"] / "data" / "corpora"
     out = {}

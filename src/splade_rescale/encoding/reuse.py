@@ -1,18 +1,17 @@
 """Declared reuse: a corpus takes the vectors of the documents another corpus of the experiment holds too.
 
-BEIR's FEVER and Climate-FEVER are built from the same Wikipedia abstracts. A dataset may say so in the config
+BEIR's FEVER and Climate-FEVER are built from the same Wikipedia abstracts; a dataset may say so in the config
 (``vectors_from: <dataset>``, config/README.md). A document is the same in two corpora when its id AND its text
-are: each prepared corpus records a 16-byte BLAKE2b digest of ``id + "\\0" + text`` per document, in corpus order
-(:func:`write_corpus_digests`, rule corpus_digests). The declaring corpus's encode waits, in the DAG, for the
-source corpus's collection of the same model, copies the line of each document whose digest the source holds
-and encodes only the rest. A document's vector is a function of the document alone, so the collection holds
-the lines a plain encode writes, cut into the same shards (gzip's bytes may differ: ISA-L's output depends on
-how its input is fed), and the same statistics.
+are: rule corpus_digests records a 16-byte BLAKE2b digest of ``id + "\\0" + text`` per document, in corpus order.
+The declaring corpus's encode waits, in the DAG, for the source's collection of the same model, copies the line
+of each document whose digest the source holds and encodes the rest. A document's vector is a function of the
+document alone, so the collection holds a plain encode's lines in its shards, and its statistics (gzip's bytes
+may differ: ISA-L's output depends on how its input is fed).
 
-Memory stays bounded: the source's shards are read once, in order, and each wanted line is spilled to the file
-of its destination's window (``SPILL_DOCS`` positions) in the encode's work folder (``.{corpus}.reuse/``); the
-merge holds one window at a time. A killed job keeps a finished spill and the encode of the rest (itself
-resumable); the work folder goes once the collection is written.
+Memory stays bounded: the source's shards are read once and each wanted line is spilled to the file of its
+destination's window (``SPILL_DOCS`` positions) in the work folder ``.{corpus}.reuse/``; the merge holds one
+window. A killed job keeps a finished spill and the encode of the rest (itself resumable); the folder goes once
+the collection is written.
 """
 
 from __future__ import annotations
@@ -30,14 +29,13 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTu
 import numpy as np
 from tqdm import tqdm
 
-from splade_rescale.atomic import atomic_dir, atomic_file, write_json
+from splade_rescale.atomic import atomic_dir, write_json
+from splade_rescale.digests import doc_digest, read_digests
 from splade_rescale.retrieval.shard_folder import TermStats, gzip_compressor
 
 log = logging.getLogger(__name__)
 
 KEY = "vectors_from"
-DIGEST_BYTES = 16
-DIGEST = f"V{DIGEST_BYTES}"  # numpy dtype of a digest array: raw bytes (not "S": it strips trailing NULs)
 LITTLE = 0.10  # a declaration that reuses a smaller share of its corpus's documents saves little
 SPILL_DOCS = 50_000  # destination positions a spill file holds: the merge's memory, in lines
 SETTINGS = ("gzip", "precision", "device", "quantization", "max_length", "max_active_dims")  # of both collections
@@ -62,28 +60,6 @@ class Plan(NamedTuple):
 
     digests: np.ndarray
     lines: np.ndarray
-
-
-def doc_digest(docid: str, text: str) -> bytes:
-    return hashlib.blake2b(f"{docid}\0{text}".encode(), digest_size=DIGEST_BYTES).digest()
-
-
-def read_digests(path: str | Path) -> np.ndarray:
-    return np.fromfile(path, dtype=DIGEST)
-
-
-def write_corpus_digests(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> int:
-    """CLI stage: one digest per document of a corpus, in its order, to ``out`` (atomically); the count."""
-    from splade_rescale.data.datasets import load_corpus
-
-    docs, total = load_corpus(name, spec, root, count=False)
-    n = 0
-    with atomic_file(out) as tmp, open(tmp, "wb") as f:
-        for docid, text in tqdm(docs, total=total, desc=f"digests {name}", unit="doc", mininterval=5):
-            f.write(doc_digest(docid, text))
-            n += 1
-    log.info("corpus %s: %d document digests", name, n)
-    return n
 
 
 def declared_sources(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
@@ -190,7 +166,7 @@ def encode_reusing(reuse: Reuse, plan: Plan, docs: Iterable[tuple[str, str]], ou
             own = encode(_checked(docs, plan), work / "own", own_n, tag)
             write_json(done, {"tag": tag, "stats": own})
         with atomic_dir(out_dir) as tmp:
-            copied, shards = _merge(plan.lines, work / "spill", work / "own" if own_n else None, tmp, shard_docs)
+            stats, shards = _merge(plan.lines, work / "spill", work / "own" if own_n else None, tmp, shard_docs)
             shard_bytes = sum(p.stat().st_size for p in tmp.iterdir())
     except BaseException as exc:
         from splade_rescale.retrieval.encode import TooDenseError
@@ -199,7 +175,6 @@ def encode_reusing(reuse: Reuse, plan: Plan, docs: Iterable[tuple[str, str]], ou
             shutil.rmtree(work, ignore_errors=True)
         raise
     shutil.rmtree(work)
-    stats = _own_terms(own).merge(copied)
     n, secs = stats.n, time.perf_counter() - t0
     source = json.loads(_stats_path(reuse.source).read_text())
     return {"size_estimate": None, **{k: source.get(k) for k in SETTINGS}, **own, **stats.as_dict("docs", "doc"),
@@ -260,38 +235,34 @@ def _window(path: Path) -> dict[int, bytes]:
 
 def _merge(lines: np.ndarray, spill: Path, own: Path | None, out: Path, shard_docs: int) -> tuple[TermStats, int]:
     """The range's lines in order into shards of ``shard_docs`` (copied from the spill, the rest from ``own``);
-    the copied lines' statistics and the shard count."""
+    their statistics, read from the lines themselves, and the shard count."""
     rest = _lines(own) if own else iter(())
-    copied, terms, buffer = TermStats(), [], []
-    shard, c, k = None, None, 0
+    stats, buffer, shard, c, k = TermStats(), [], None, None, 0
     try:
         for p, j in enumerate(tqdm(lines.tolist(), desc="merge", unit="doc", mininterval=5)):
             if p % SPILL_DOCS == 0:
                 window = _window(spill / f"{p // SPILL_DOCS:05d}.bin")
-                copied.merge(_line_terms(terms))
-            if p % shard_docs == 0:
-                if shard is not None:
-                    shard.write(c.compress(b"".join(buffer)) + c.flush())
-                    shard.close()
-                shard, c, buffer, k = open(out / f"docs-{k:05d}.jsonl.gz", "wb"), gzip_compressor(), [], k + 1
-            buffer.append(window.pop(p) if j >= 0 else next(rest))
-            if j >= 0:
-                terms.append(buffer[-1])
-            if len(buffer) >= 4096:
-                shard.write(c.compress(b"".join(buffer)))
+            if shard is not None and (p % shard_docs == 0 or len(buffer) >= 4096):
+                stats.merge(_line_terms(buffer))
+                shard.write(c.compress(b"".join(buffer)) + (c.flush() if p % shard_docs == 0 else b""))
                 buffer = []
+            if p % shard_docs == 0:
+                shard and shard.close()
+                shard, c, k = open(out / f"docs-{k:05d}.jsonl.gz", "wb"), gzip_compressor(), k + 1
+            buffer.append(window.pop(p) if j >= 0 else next(rest))
         if shard is not None:
+            stats.merge(_line_terms(buffer))
             shard.write(c.compress(b"".join(buffer)) + c.flush())
     finally:
         if shard is not None:
             shard.close()
     if next(rest, None) is not None:
         raise ValueError(f"{own}: more lines than the documents the source lacks; fix: rerun this encode")
-    return copied.merge(_line_terms(terms)), k
+    return stats, k
 
 
 def _line_terms(lines: list[bytes]) -> TermStats:
-    """Documents, non-zeros, empty vectors and document frequencies of vector lines; empties ``lines``."""
+    """Documents, non-zeros, empty vectors and document frequencies of vector lines."""
     stats, ids = TermStats(), []
     for line in lines:
         vector = json.loads(line)["vector"]
@@ -300,17 +271,6 @@ def _line_terms(lines: list[bytes]) -> TermStats:
     stats.n = len(lines)
     flat = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     stats.nnz, stats.df = len(flat), np.bincount(flat)
-    lines.clear()
-    return stats
-
-
-def _own_terms(own: Mapping[str, Any]) -> TermStats:
-    """The statistics of the documents encoded here, from their stats record."""
-    stats, df = TermStats(), own.get("term_df", {})
-    stats.n, stats.n_empty = own.get("n_docs", 0), own.get("n_docs_empty_vector", 0)
-    stats.df = np.zeros(max(map(int, df), default=-1) + 1, dtype=np.int64)
-    stats.df[[int(t) for t in df]] = list(df.values())
-    stats.nnz = int(stats.df.sum())  # a document counts a term once: the frequencies sum to the non-zeros
     return stats
 
 
