@@ -45,9 +45,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from splade_rescale.encoding import corpus as encode  # noqa: E402
+from splade_rescale.encoding.shard_folder import ShardFolder, ShardWriter  # noqa: E402
 from splade_rescale.model.sparse_rows import SparseRows  # noqa: E402
-from splade_rescale.retrieval import encode  # noqa: E402
-from splade_rescale.retrieval.shard_folder import ShardFolder, ShardWriter  # noqa: E402
 
 CORPORA = {"msmarco": REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz",
            "scifact": REPO / "resources" / "demo" / "scifact" / "corpus.jsonl.gz"}

@@ -37,9 +37,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from splade_rescale.encoding.vector_lines import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
 from splade_rescale.model.sparse_rows import SparseRows  # noqa: E402
 from splade_rescale.retrieval import lucene  # noqa: E402
-from splade_rescale.retrieval.shard_folder import VectorLines, doc_prefix, gzip_compressor  # noqa: E402
 
 PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
 QUERIES = [REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / f"queries.{y}.tsv" for y in ("dl19", "dl20")]

@@ -408,7 +408,7 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
     ``sizes.real_len`` tokens; ``real_speedup`` is their total time over ours.
     """
     import bench_encode
-    from splade_rescale.retrieval import encode
+    from splade_rescale.encoding import corpus as encode
 
     config = bench_splade.backbone_config("modernbert-base", bool(sizes.bench_args), None)
     tokenizer = wordpiece_tokenizer([t for row in triples() for t in row], 512)
@@ -455,7 +455,7 @@ def encode_real_texts(enc: SpladeEncoder, folder: Path, work: Path, device: torc
     """Ours (``encode.encode_docs``) and ``SparseEncoder.encode_document`` on real texts, texts in and
     shards out, one after the other per corpus; seconds, padding shares and the speed-up."""
     import bench_encode
-    from splade_rescale.retrieval import encode
+    from splade_rescale.encoding import corpus as encode
 
     st = bench_splade.load_theirs(folder, argparse.Namespace(attn="sdpa"), device)
     out: dict[str, Any] = {"docs": sizes.real_docs, "doc_len": sizes.real_len, "batch": sizes.e2e_batch}

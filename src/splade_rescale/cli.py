@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from splade_rescale.retrieval.skips import SKIPPED, collapsed, skipped
+from splade_rescale.encoding.skips import SKIPPED, collapsed, skipped
 
 log = logging.getLogger("splade_rescale")
 
@@ -298,7 +298,7 @@ def _runtime(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _encoder(args: argparse.Namespace):
-    from splade_rescale.retrieval.encode import load_encoder
+    from splade_rescale.encoding.corpus import load_encoder
     set_threads(args.threads)
     return load_encoder(args.model, head=args.encoding["head"], precision=args.encoding["precision"],
                         device=None if args.device == "auto" else args.device)
@@ -326,9 +326,11 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """
     from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.data.prepare import model_documents, prepared_docs, prepared_files_digest
+    from splade_rescale.encoding.corpus import encode_corpus
     from splade_rescale.encoding.reuse import Reuse
+    from splade_rescale.encoding.shard_folder import stats_path_for
+    from splade_rescale.encoding.size_guard import TooDenseError
     from splade_rescale.gpus import claim_for_job
-    from splade_rescale.retrieval.encode import TooDenseError, encode_corpus, stats_path_for
 
     claim_for_job(args.gpus, f"encode-corpus {args.name} {args.model}")
 
@@ -362,7 +364,7 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 ))
 def join_parts_cmd(args: argparse.Namespace) -> None:
     """One collection of a corpus encoded in parts (hard links; the stats summed)."""
-    from splade_rescale.retrieval.encode import join_parts
+    from splade_rescale.encoding.parts import join_parts
 
     join_parts(args.parts, args.out)
 
@@ -377,8 +379,9 @@ def join_parts_cmd(args: argparse.Namespace) -> None:
 def encode_queries_cmd(args: argparse.Namespace) -> None:
     """Encode every dataset's judged queries with one model load (corpora: encode-corpus)."""
     from splade_rescale.atomic import write_json, write_text
+    from splade_rescale.encoding.queries import encode_query_sets
+    from splade_rescale.encoding.shard_folder import stats_path_for
     from splade_rescale.gpus import claim_for_job
-    from splade_rescale.retrieval.encode import encode_query_sets, stats_path_for
     claim_for_job(args.gpus, f"encode-queries {args.model}")
     if record := collapsed(args.training_manifest):
         for name in args.query_sets:

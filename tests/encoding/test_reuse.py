@@ -19,10 +19,10 @@ from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.data.corpora import corpora as corpora_of
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.digests import doc_digest, write_corpus_digests
-from splade_rescale.encoding import reuse
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import reuse, shard_folder
 from splade_rescale.encoding.reuse import Reuse, declared_sources, write_overlap
 from splade_rescale.errors import ConfigError
-from splade_rescale.retrieval import encode
 from support.training import save_tiny_bert
 from support.workflow import snakemake
 
@@ -101,7 +101,7 @@ def test_a_declared_corpus_copies_what_its_source_holds_and_writes_a_plain_encod
     assert len(_shards(tmp_path / "plain" / "b")) == stats["shards"] == 3
     assert _shards(tmp_path / "declared" / "b") == _shards(tmp_path / "plain" / "b")
     assert {k: stats[k] for k in SAME} == {k: plain[k] for k in SAME}
-    written = json.loads(encode.stats_path_for(tmp_path / "declared" / "b").read_text())
+    written = json.loads(shard_folder.stats_path_for(tmp_path / "declared" / "b").read_text())
     assert {k: written[k] for k in SAME} == {k: plain[k] for k in SAME}
     assert sorted(p.name for p in (tmp_path / "declared").iterdir()) == ["b", "b.stats.json"]  # no work folder left
 
@@ -112,7 +112,7 @@ def test_parts_of_a_declared_corpus_join_into_a_plain_encodes_collection(encoder
     parts = [tmp_path / f"b.parts/{p}-of-2" for p in range(2)]
     stats = [_encode(encoder, corpora, "b", out, source, part=p, parts=2) for p, out in enumerate(parts)]
     assert [s.get("reused_docs", 0) for s in stats] == [20, 0]  # part 1 holds none of a's: a plain encode
-    joined = encode.join_parts(parts, tmp_path / "b")
+    joined = parts.join_parts(parts, tmp_path / "b")
     assert joined["reused_docs"] == 20 and {k: joined[k] for k in SAME} == {k: plain[k] for k in SAME}
     assert b"".join(_shards(tmp_path / "b")) == b"".join(_shards(tmp_path / "plain" / "b"))
 

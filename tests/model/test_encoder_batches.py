@@ -18,8 +18,8 @@ import torch
 from transformers import AutoTokenizer
 
 from conftest import REPO, tiny_bert, tiny_modernbert
+from splade_rescale.encoding.corpus import token_batches
 from splade_rescale.model.splade import COMPILE_MIN_TEXTS, SpladeEncoder, worth_compiling
-from splade_rescale.retrieval.encode import token_batches
 
 PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
 TEXTS = ["a protein", "the mitochondrial proteins of the human brain and their folding", "cell",

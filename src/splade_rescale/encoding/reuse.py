@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_dir, write_json
 from splade_rescale.digests import doc_digest, read_digests
-from splade_rescale.retrieval.shard_folder import TermStats, gzip_compressor
+from splade_rescale.encoding.vector_lines import TermStats, gzip_compressor
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def write_overlap(name: str, digests: Path, source: str, source_digests: Path, o
 def plan_reuse(reuse: Reuse, start: int, stop: int | None) -> Plan | None:
     """Documents ``[start, stop)``'s (None: to the end) digests and lines in the source; None when the source holds
     none of them or left no vectors (a SKIPPED record: a collapsed model, a corpus too dense)."""
-    from splade_rescale.retrieval.skips import skipped
+    from splade_rescale.encoding.skips import skipped
 
     if skipped(reuse.source):
         log.info("%s holds no vectors (%s): every document is encoded", reuse.source, skipped(reuse.source)["status"])
@@ -169,7 +169,7 @@ def encode_reusing(reuse: Reuse, plan: Plan, docs: Iterable[tuple[str, str]], ou
             stats, shards = _merge(plan.lines, work / "spill", work / "own" if own_n else None, tmp, shard_docs)
             shard_bytes = sum(p.stat().st_size for p in tmp.iterdir())
     except BaseException as exc:
-        from splade_rescale.retrieval.encode import TooDenseError
+        from splade_rescale.encoding.size_guard import TooDenseError
 
         if isinstance(exc, TooDenseError):  # the record is final: nothing to resume
             shutil.rmtree(work, ignore_errors=True)

@@ -30,7 +30,7 @@ HeadImpl = Literal["fused", "naive"]
 
 
 class Batch(Protocol):
-    """Texts of one length bucket (:class:`splade_rescale.retrieval.buckets.Batch` is one)."""
+    """Texts of one length bucket (:class:`splade_rescale.encoding.buckets.Batch` is one)."""
 
     ids: Sequence[Sequence[int]]
     length: int
@@ -150,7 +150,7 @@ class SpladeEncoder(nn.Module):
             rows: int | None = None) -> dict[str, torch.Tensor]:
         """A batch of token ids padded to ``length`` tokens (None: its longest, with no
         ``attention_mask`` when no text is padded: nothing to mask) and filled to ``rows`` rows with
-        copies of its last text (a fixed shape per length bucket: :mod:`splade_rescale.retrieval.buckets`;
+        copies of its last text (a fixed shape per length bucket: :mod:`splade_rescale.encoding.buckets`;
         a fixed length always carries the mask). Pinned when the model is on CUDA, for asynchronous copies."""
         ids = list(ids) + [ids[-1]] * ((rows or len(ids)) - len(ids))
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
@@ -202,7 +202,7 @@ class SpladeEncoder(nn.Module):
     def encode_sparse(self, batches: Iterable[Batch], quantization: float,
                       max_active_dims: int | None = None) -> Iterator[SparseRows]:
         """Quantised non-zeros of each batch of one length bucket (``ids``, padded to ``length``, filled
-        to ``rows``: :class:`splade_rescale.retrieval.buckets.Batch`), in order; rounding, top-k and the
+        to ``rows``: :class:`splade_rescale.encoding.buckets.Batch`), in order; rounding, top-k and the
         scan run on the device. Batch k + 1 is queued on the device before batch k's non-zeros are read
         back (the read waits for the device), so the device never waits for the host between batches."""
         queued: tuple[torch.Tensor, int] | None = None

@@ -22,8 +22,9 @@ import torch
 from splade_rescale import cli
 from splade_rescale.data import datasets
 from splade_rescale.data.prepare import model_documents, prepare_corpus, prepared_docs
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import size_guard
 from splade_rescale.model.sparse_rows import sparsify
-from splade_rescale.retrieval import encode
 
 SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # unknown to ir_datasets
 N_DOCS, SAMPLE, VOCAB = 100, 20, 1000
@@ -98,7 +99,7 @@ def test_a_model_over_its_budget_across_corpora_is_too_dense_on_each(unbuilt_ird
     all its corpora (here this one and a 10M-document one) exceed encoding.model_budget_gb."""
     docs = [(f"d{i}", "text") for i in range(N_DOCS)]
     stub = Dense()
-    with pytest.raises(encode.TooDenseError) as err:
+    with pytest.raises(size_guard.TooDenseError) as err:
         encode.encode_docs(stub, iter(docs), tmp_path / "a", 16, batch_size=10, total=N_DOCS, budget_gb=100,
                            model_budget_gb=1, model_docs=10_000_000, size_sample=SAMPLE)
     assert stub.docs == SAMPLE and not (tmp_path / "a").exists()

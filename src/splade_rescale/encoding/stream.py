@@ -1,7 +1,7 @@
 """Texts in corpus order -> their quantised rows in corpus order, batched by length bucket on the way.
 
 A tokeniser thread tokenises the next chunk while the device encodes; texts wait in their length
-bucket (:class:`~splade_rescale.retrieval.buckets.BucketBatcher`) until a batch is due; rows come back
+bucket (:class:`~splade_rescale.encoding.buckets.BucketBatcher`) until a batch is due; rows come back
 out of order and leave in chunks of consecutive texts as soon as every text of the chunk is encoded.
 A text's vector depends on the text alone, so how the stream is cut (chunks, parts, a resumed run)
 changes no byte. A device out of memory halves the batch and encodes the batches in flight again,
@@ -18,13 +18,16 @@ from typing import Iterable, Iterator, NamedTuple, Protocol, Sequence, Sized
 import numpy as np
 import torch
 
+from splade_rescale.encoding.buckets import Batch, BucketBatcher
 from splade_rescale.model.sparse_rows import NonFiniteWeights, SparseRows
-from splade_rescale.retrieval.buckets import Batch, BucketBatcher
 
 log = logging.getLogger(__name__)
 
 Batches = Sequence[tuple[np.ndarray, SparseRows]]  # (positions in the chunk, their rows) per encoded batch
 CHUNK_TEXTS = 20_000  # texts tokenised at once, and the least a chunk holds when it leaves (but the last)
+
+NON_FINITE_FIX = ("fix: the model's weights or activations overflowed (see its training log for a divergence); "
+                  "retrain it, or encode with encoding.precision: fp32 if only bf16 overflows")
 
 
 class Encoder(Protocol):

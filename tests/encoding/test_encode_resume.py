@@ -28,14 +28,15 @@ import pytest
 import torch
 
 from conftest import REPO
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import shard_folder, size_guard
 from splade_rescale.model import splade
-from splade_rescale.retrieval import encode
 from support.training import save_tiny_bert
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
 MAXLEN, SHARD, WINDOW = 48, 3, 6  # 25 documents in 9 shards of 3, batched in windows of 6: three batches of two
-LOGGER = "splade_rescale.retrieval.shard_folder"
+LOGGER = "splade_rescale.encoding.shard_folder"
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, i
             with pytest.raises(RuntimeError, match="interrupted"):
                 encode.encode_corpus(model, spec, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
                                      precision="auto", **kwargs)
-            assert len(list((encode.work_folder(out) / "records").glob("*.json"))) >= 2
+            assert len(list((shard_folder.work_folder(out) / "records").glob("*.json"))) >= 2
             return {}
         return encode.encode_corpus(model, spec, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
                                     precision="auto", **kwargs)
@@ -91,7 +92,7 @@ def test_other_numerics_start_again_and_equal_an_uninterrupted_run(model_dir: Pa
     _encode(model_dir, out, interrupt_after=8)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         stats = _encode(model_dir, out, **after)
-    assert _restarts(caplog) == [f"{encode.work_folder(out)}: earlier work was for {differs}: starting again"]
+    assert _restarts(caplog) == [f"{shard_folder.work_folder(out)}: earlier work was for {differs}: starting again"]
     assert stats["resumed_docs"] == 0 and stats["encoded_docs"] == stats["n_docs"] == 25
     assert stats["precision"] == ("bf16" if after.get("amx") else "fp32")
     straight_stats = _encode(model_dir, tmp_path / "straight", **after)
@@ -184,9 +185,9 @@ def sample_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_too_dense_on_resume_removes_the_work_folder(model_dir: Path, tmp_path: Path, sample_of_two) -> None:
     out = tmp_path / "c"
     _encode(model_dir, out, interrupt_after=8, budget_gb=100)
-    with pytest.raises(encode.TooDenseError, match=r"^too dense to index \(estimated"):
+    with pytest.raises(size_guard.TooDenseError, match=r"^too dense to index \(estimated"):
         _encode(model_dir, out, budget_gb=1e-9)  # the same inputs; a budget the sample is over
-    assert not encode.work_folder(out).exists() and not out.exists()
+    assert not shard_folder.work_folder(out).exists() and not out.exists()
 
 
 def test_a_resumed_run_judges_the_same_sample(model_dir: Path, tmp_path: Path, sample_of_two) -> None:
@@ -211,11 +212,11 @@ def test_a_record_df_file_or_state_cut_short_is_unfinished(model_dir: Path, tmp_
     straight_stats = _encode(model_dir, straight)
     out = tmp_path / "c"
     _encode(model_dir, out, interrupt_after=8)
-    work = encode.work_folder(out)
+    work = shard_folder.work_folder(out)
     _cut_short({"record": work / "records" / "docs-00001.json", "df": work / "records" / "docs-00001.df.npy",
                 "state": work / "state.json"}[what], how)
     stats = _encode(model_dir, out)
     assert stats["resumed_docs"] == (0 if what == "state" else SHARD)
     assert _shards(out) == _shards(straight) and not work.exists()
     assert stats["term_df"] == straight_stats["term_df"] and stats["n_docs"] == straight_stats["n_docs"]
-    assert json.loads(encode.stats_path_for(out).read_text())["mean_nnz_per_doc"] == straight_stats["mean_nnz_per_doc"]
+    assert json.loads(shard_folder.stats_path_for(out).read_text())["mean_nnz_per_doc"] == straight_stats["mean_nnz_per_doc"]

@@ -1,26 +1,15 @@
 """The shard work folder of a corpus encode: JsonVectorCollection shards, their records, and resuming.
 
 A corpus encode keeps its finished shards in ``.{corpus}.partial/`` beside the output
-(:func:`work_folder`). A rerun keeps them only under the same inputs (state.json): the model's
-content (:func:`model_fingerprint`), the corpus and its document count, the output settings,
-the effective precision, the device and the batching (:func:`encoder_numerics`). Other inputs
-start again, with one log line naming what differs. A record, df file or state.json that does
-not read back (cut short by a node crash) counts as unfinished, never as an error to clear by hand.
-
-Lines are byte for byte what ``json.dumps`` writes for ``{"id", "contents", "vector"}``
-(keys and separators as today), built from per-term and per-weight lookup tables instead of a
-Python dict per document. Compression is gzip from ISA-L (``isal``) at level 1: the same gzip
-format Anserini reads, several times faster than zlib at level 6 and smaller than zlib at level 1
-(measurements: docs/measurements.md). The same bytes need the same compressor, so the compressor
-is one of the inputs a resume must match (a machine without ``isal`` writes zlib's bytes).
+(:func:`work_folder`). A rerun keeps them only under the same vector key (state.json:
+:mod:`splade_rescale.encoding.vector_key`); another key starts again, with one log line naming what
+differs. A record, df file or state.json that does not read back (cut short by a node crash) counts as
+unfinished, never as an error to clear by hand.
 
 A shard is final once written: its file is renamed into place and a record beside the work
 folder gives its document count, first and last id, size, SHA-256, non-zero count and per-term
 document frequencies. Shard, frequencies and record are synced to disk in that order, so a
 record survives a node crash only with its shard. A rerun verifies the records and encodes only the rest.
-
-Over 400 lines (about 510) because the folder, its shards' writer and their records are one concept:
-split, each half imported the other.
 """
 
 from __future__ import annotations
@@ -28,41 +17,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import operator
 import os
 import queue
 import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-try:  # ISA-L's deflate; plain zlib where the package is missing (the device image, say)
-    from isal import isal_zlib as _deflate
-
-    COMPRESSOR = "isal"
-except ImportError:  # pragma: no cover - isal is a dependency of the package
-    import zlib as _deflate
-
-    COMPRESSOR = "zlib"
-
 from splade_rescale.atomic import atomic_file, fsync_path, replace_dir, write_json
-from splade_rescale.model.sparse_rows import SparseRows
-from splade_rescale.model.splade import SpladeEncoder, uses_bf16
+from splade_rescale.encoding.vector_lines import Batches, TermStats, VectorLines, doc_prefix, gzip_compressor
 
 log = logging.getLogger(__name__)
 
-Batches = Sequence[tuple[np.ndarray, SparseRows]]  # (positions in the chunk, their rows) per encoded batch
 
-GZIP_LEVEL = 1  # ISA-L levels are 0-3; see the module docstring
 MIN_SHARD_DOCS = 1000  # smaller shards would only add files: one Lucene thread indexes ~1,000 docs in seconds
-
-
-def gzip_compressor() -> Any:
-    """A gzip stream (header mtime 0: a rerun writes identical bytes)."""
-    return _deflate.compressobj(GZIP_LEVEL, _deflate.DEFLATED, 16 + 15)
 
 
 def shard_docs_for(total: int | None, shard_size: int, index_threads: int) -> int:
@@ -76,92 +47,6 @@ def shard_docs_for(total: int | None, shard_size: int, index_threads: int) -> in
     needed = -(-total // shard_size)
     shards = max(needed, min(index_threads * -(-needed // index_threads), -(-total // MIN_SHARD_DOCS)))
     return -(-total // shards)
-
-
-class VectorLines:
-    """JSON lines of :class:`SparseRows`, identical to ``json.dumps`` of the same dicts."""
-
-    def __init__(self) -> None:
-        self._keys: list[bytes] = []
-        self._weights: list[bytes] = []  # b"7, " for w < n, then b"7" (last of a row) at w + n
-        self._n_weights = 0
-
-    def _grow(self, max_term: int, max_weight: int) -> None:
-        if max_term >= len(self._keys):
-            self._keys += [b'"%d": ' % t for t in range(len(self._keys), max(max_term + 1, 2 * len(self._keys)))]
-        if max_weight >= self._n_weights:
-            n = max(max_weight + 1, 2 * self._n_weights, 1024)
-            self._weights = [b"%d, " % w for w in range(n)] + [b"%d" % w for w in range(n)]
-            self._n_weights = n
-
-    def rows(self, prefixes: Sequence[bytes], rows: SparseRows) -> list[bytes]:
-        """One line per row: ``prefix + vector + "}\n"``; a prefix ends with ``"vector": {``."""
-        nnz = int(rows.indptr[-1])
-        if not nnz:
-            return [p + b"}}\n" for p in prefixes]
-        self._grow(int(rows.terms.max()), int(rows.weights.max()))
-        code = rows.weights.astype(np.int64)
-        ends = rows.indptr[1:][np.diff(rows.indptr) > 0] - 1
-        code[ends] += self._n_weights  # a row's last weight has no ", " after it
-        flat: list[bytes] = [b""] * (2 * nnz)
-        flat[0::2] = _pick(self._keys, rows.terms.tolist())
-        flat[1::2] = _pick(self._weights, code.tolist())
-        ip = (2 * rows.indptr).tolist()
-        join = b"".join
-        return [join((prefix, join(flat[ip[i]:ip[i + 1]]), b"}}\n")) for i, prefix in enumerate(prefixes)]
-
-    def ordered(self, prefixes: Sequence[bytes], batches: Sequence[tuple[np.ndarray, SparseRows]]) -> bytes:
-        """Lines of rows encoded in batches out of order (``(positions, rows)``), in position order."""
-        lines: list[bytes] = [b""] * len(prefixes)
-        for positions, rows in batches:
-            for i, line in zip(positions.tolist(), self.rows([prefixes[i] for i in positions], rows)):
-                lines[i] = line
-        return b"".join(lines)
-
-
-def _pick(table: list[bytes], idx: list[int]) -> Sequence[bytes]:
-    return operator.itemgetter(*idx)(table) if len(idx) > 1 else [table[idx[0]]]
-
-
-def doc_prefix(docid: str) -> bytes:
-    return b'{"id": %s, "contents": "", "vector": {' % json.dumps(docid, ensure_ascii=False).encode()
-
-
-def query_prefix(qid: str) -> bytes:
-    return b'{"id": %s, "vector": {' % json.dumps(qid).encode()
-
-
-class TermStats:
-    """Documents, non-zeros, empty vectors and per-term document frequencies of encoded rows."""
-
-    def __init__(self) -> None:
-        self.n = self.nnz = self.n_empty = 0
-        self.df = np.zeros(0, dtype=np.int64)
-
-    def add(self, rows: SparseRows) -> None:
-        lengths = np.diff(rows.indptr)
-        self.n += len(lengths)
-        self.nnz += int(rows.indptr[-1])
-        self.n_empty += int((lengths == 0).sum())
-        self._add_df(np.bincount(rows.terms, minlength=len(self.df)))
-
-    def merge(self, other: "TermStats") -> "TermStats":
-        self.n += other.n
-        self.nnz += other.nnz
-        self.n_empty += other.n_empty
-        self._add_df(other.df)
-        return self
-
-    def _add_df(self, counts: np.ndarray) -> None:
-        if len(counts) > len(self.df):
-            self.df = np.pad(self.df, (0, len(counts) - len(self.df)))
-        self.df[:len(counts)] += counts
-
-    def as_dict(self, kind: str, one: str) -> dict:
-        terms = np.flatnonzero(self.df)
-        return {f"n_{kind}": self.n, f"mean_nnz_per_{one}": self.nnz / self.n if self.n else 0.0,
-                f"n_{kind}_empty_vector": self.n_empty,
-                "term_df": dict(zip(map(str, terms.tolist()), self.df[terms].tolist()))}
 
 
 @dataclass
@@ -316,54 +201,16 @@ class _OpenShard:
         self.tmp.unlink(missing_ok=True)
 
 
+def stats_path_for(out: str | Path) -> Path:
+    """Where the stats JSON of an output goes: beside it (Anserini would read a file inside)."""
+    out = Path(out)
+    return out.with_name(out.name + ".stats.json")
+
+
 def work_folder(out_dir: str | Path) -> Path:
     """Where an encode keeps its finished shards until the corpus is done (beside ``out_dir``)."""
     out_dir = Path(out_dir)
     return out_dir.with_name(f".{out_dir.name}.partial")
-
-
-def bf16_autocast(enc: object) -> bool | None:
-    """Whether the encoder computes under bf16 autocast (``precision: auto`` depends on the device)."""
-    return uses_bf16(enc.device, enc.precision) if isinstance(enc, SpladeEncoder) else None
-
-
-def model_fingerprint(model_dir: str | Path) -> str:
-    """SHA-256 over a model folder's file names and contents: a retrained model differs, a copy does not.
-
-    Contents, not modification times: a retrain within the same second, or a tool that keeps
-    times, cannot pass for the old model, and a copy to another node's scratch still resumes.
-    Reading the weights once costs about what loading them does.
-    """
-    h = hashlib.sha256()
-    folder = Path(model_dir)
-    for p in sorted(folder.rglob("*")) if folder.is_dir() else ():
-        if p.is_file():
-            h.update(f"{p.relative_to(folder)}\0{p.stat().st_size}\0".encode())
-            with open(p, "rb") as f:
-                while block := f.read(1 << 22):
-                    h.update(block)
-    return h.hexdigest()
-
-
-def resume_inputs(model_dir: str | Path, name: str, corpus_spec: Mapping, head: str,
-                  files_sha256: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The upstream part of a corpus encode's resume key: model content, corpus (its spec and, for local
-    files, their contents) and head (``encode_docs`` adds the document count, output settings, precision,
-    device and batching)."""
-    return {"model": model_fingerprint(model_dir), "corpus": name, "spec": dict(corpus_spec),
-            "files": dict(files_sha256 or {}), "head": head}
-
-
-def encoder_numerics(encoder: Any) -> dict[str, Any]:
-    """What the encoder's numbers depend on besides the model: effective precision, device type and
-    whether the backbone is compiled (a compiled backbone rounds differently). Not the batching, the
-    threads or the GPU's model: a document's vector depends on the document alone
-    (:mod:`splade_rescale.retrieval.buckets`). None for an encoder that is not the project's (a test's stub).
-    """
-    bf16 = bf16_autocast(encoder)
-    if bf16 is None:
-        return {"precision": None, "device": None, "compiled": None}
-    return {"precision": "bf16" if bf16 else "fp32", "device": encoder.device.type, "compiled": encoder.compiled}
 
 
 class ShardFolder:

@@ -27,9 +27,11 @@ import torch
 
 from conftest import REPO
 from splade_rescale.data.datasets import load_corpus
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import shard_folder
+from splade_rescale.encoding.shard_folder import MIN_SHARD_DOCS, shard_docs_for
+from splade_rescale.encoding.vector_lines import VectorLines, doc_prefix
 from splade_rescale.model.sparse_rows import SparseRows, prune
-from splade_rescale.retrieval import encode
-from splade_rescale.retrieval.shard_folder import MIN_SHARD_DOCS, VectorLines, doc_prefix, shard_docs_for
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
@@ -142,7 +144,7 @@ KILLED_ENCODE = """
 import sys, time
 import torch
 torch.set_num_threads({threads})  # the same threads as the uninterrupted run: the same float sums
-from splade_rescale.retrieval import encode
+from splade_rescale.encoding import corpus as encode
 SPEC, MAXLEN = {spec!r}, {maxlen!r}
 
 class Slow:
@@ -172,7 +174,7 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
 
     k = random.Random(7).randint(2, n_shards - 3)
     out = tmp_path / "killed"
-    records = encode.work_folder(out) / "records"
+    records = shard_folder.work_folder(out) / "records"
     script = KILLED_ENCODE.format(spec=SPEC, maxlen=MAXLEN, model=str(minilm), out=str(out),
                                   threads=torch.get_num_threads())
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -197,7 +199,7 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
                 Counting.calls += len(ids)
                 yield from enc.encode_sparse([ids], q, k)
 
-    with caplog.at_level("INFO", logger="splade_rescale.retrieval.encode"):
+    with caplog.at_level("INFO", logger="splade_rescale.encoding.corpus"):
         stats = encode.encode_corpus(minilm, SPEC, out, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
                                      encoder=Counting(), chunk_size=3)
     assert Counting.calls == n_docs - finished * shard_docs == stats["encoded_docs"]
@@ -206,8 +208,8 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in straight.iterdir())
     for p in straight.iterdir():
         assert (out / p.name).read_bytes() == p.read_bytes(), p.name
-    assert not encode.work_folder(out).exists()
-    straight_stats = json.loads(encode.stats_path_for(straight).read_text())
+    assert not shard_folder.work_folder(out).exists()
+    straight_stats = json.loads(shard_folder.stats_path_for(straight).read_text())
     assert stats["term_df"] == straight_stats["term_df"]
     assert stats["mean_nnz_per_doc"] == straight_stats["mean_nnz_per_doc"]
 

@@ -17,9 +17,11 @@ import torch
 
 from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import queries, shard_folder, size_guard
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
 from splade_rescale.model.sparse_rows import NonFiniteWeights, prune, sparsify
-from splade_rescale.retrieval import encode, lucene, shard_folder
+from splade_rescale.retrieval import lucene
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
@@ -121,8 +123,8 @@ def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(m
     message = str(err.value)
     assert message.startswith(f"{model_dir}: non-finite SPLADE weight ({value}) for document {docid!r} of corpus "
                               "'scifact'; fix: ") and "\n" not in message
-    assert not out.exists() and not encode.stats_path_for(out).exists()
-    work = encode.work_folder(out)  # the shards before the document's stay; nothing of its shard
+    assert not out.exists() and not shard_folder.stats_path_for(out).exists()
+    work = shard_folder.work_folder(out)  # the shards before the document's stay; nothing of its shard
     assert sorted(p.name for p in (work / "shards").iterdir()) == ["docs-00000.jsonl.gz", "docs-00001.jsonl.gz"]
     assert sorted(p.name for p in (work / "records").glob("*.json")) == ["docs-00000.json", "docs-00001.json"]
     # a rerun with a sound model resumes after them and equals an uninterrupted run
@@ -140,7 +142,7 @@ def test_a_non_finite_query_weight_names_the_query_and_writes_nothing(model_dir,
     out = tmp_path / "queries.jsonl"
     with pytest.raises(ValueError, match=rf"^{model_dir}: non-finite SPLADE weight \(inf\) for query {qid!r} of "
                                          r"dataset 'scifact'; fix: "):
-        encode.encode_queries(model_dir, SPEC, out, 16, batch_size=2, name="scifact",
+        queries.encode_queries(model_dir, SPEC, out, 16, batch_size=2, name="scifact",
                               encoder=NonFinite(text, float("inf")))
     assert list(tmp_path.iterdir()) == []
 
@@ -158,7 +160,7 @@ def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
     for vec in va.values():
         assert vec and all(t.isdigit() and 0 <= int(t) < vocab for t in vec)
         assert all(isinstance(w, int) and w > 0 for w in vec.values())
-    stats = json.loads(encode.stats_path_for(a).read_text())
+    stats = json.loads(shard_folder.stats_path_for(a).read_text())
     assert stats["n_docs"] == len(va)
     assert stats["mean_nnz_per_doc"] == pytest.approx(sum(map(len, va.values())) / len(va))
     assert sum(stats["term_df"].values()) == sum(map(len, va.values()))
@@ -206,7 +208,7 @@ def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp
 
     docs = [(f"d{i}", "some text") for i in range(500)]
     out = tmp_path / "coll"
-    with pytest.raises(encode.TooDenseError, match=r"too dense to index \(estimated .* GB"):
+    with pytest.raises(size_guard.TooDenseError, match=r"too dense to index \(estimated .* GB"):
         encode.encode_docs(Dense(), iter(docs), out, MAXLEN, batch_size=10, total=8_841_823, budget_gb=100,
                            size_sample=20)
     assert Dense.docs == 20 and not out.exists() and list(tmp_path.iterdir()) == []
@@ -262,10 +264,10 @@ def test_encode_is_atomic(model_dir, encoder, tmp_path):
 def test_encode_index_search_evaluate(model_dir, encoder, tmp_path):
     coll, qpath = tmp_path / "coll", tmp_path / "queries.jsonl"
     dstats = encode.encode_corpus(model_dir, SPEC, coll, MAXLEN, batch_size=8, encoder=encoder)
-    qstats = encode.encode_queries(model_dir, SPEC, qpath, 16, batch_size=8, encoder=encoder)
+    qstats = queries.encode_queries(model_dir, SPEC, qpath, 16, batch_size=8, encoder=encoder)
     qv = lucene.read_query_vectors(qpath)
     assert len(qv) == qstats["n_queries"] == 8
-    assert json.loads(encode.stats_path_for(qpath).read_text())["n_queries"] == 8
+    assert json.loads(shard_folder.stats_path_for(qpath).read_text())["n_queries"] == 8
     istats = lucene.build_impact_index(coll, tmp_path / "index", threads=1)
     assert istats["n_docs"] == dstats["n_docs"]
     sstats = lucene.run_impact_search(tmp_path / "index", qpath, tmp_path / "run.trec", k=10, threads=1)

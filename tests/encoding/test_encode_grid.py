@@ -25,8 +25,11 @@ import pytest
 from conftest import REPO
 from splade_rescale.data.corpora import CHUNK_DOCS, part_range
 from splade_rescale.data.datasets import load_dataset
-from splade_rescale.retrieval import encode, lucene, shard_folder
-from splade_rescale.retrieval.skips import SKIPPED
+from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding import queries as query_stage
+from splade_rescale.encoding import shard_folder
+from splade_rescale.encoding.skips import SKIPPED
+from splade_rescale.retrieval import lucene
 from support.training import save_tiny_bert
 
 # 25 documents of the demo's SciFact (a subset), 8 queries
@@ -48,7 +51,7 @@ def encoder(model_dir: Path):
 @pytest.fixture(scope="module")
 def queries(encoder, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, int]]:
     path = tmp_path_factory.mktemp("q") / "queries.jsonl"
-    encode.encode_query_dict(encoder, load_dataset("scifact", SPEC).queries, path, MAXLEN, batch_size=2)
+    query_stage.encode_query_dict(encoder, load_dataset("scifact", SPEC).queries, path, MAXLEN, batch_size=2)
     return {(r := json.loads(line))["id"]: r["vector"] for line in path.read_text().splitlines()}
 
 
@@ -101,15 +104,15 @@ def test_parts_equal_one_job(model_dir: Path, encoder, queries: dict, tmp_path: 
     parts = [tmp_path / "parts" / f"c.parts/{p}-of-3" for p in range(3)]
     for p, out in enumerate(parts):
         _encode(model_dir, encoder, out, shard_size=5, part=p, parts=3)
-    assert [json.loads(encode.stats_path_for(p).read_text())["n_docs"] for p in parts] == [12, 12, 1]
-    joined = encode.join_parts(parts, tmp_path / "parts" / "c")
+    assert [json.loads(shard_folder.stats_path_for(p).read_text())["n_docs"] for p in parts] == [12, 12, 1]
+    joined = parts.join_parts(parts, tmp_path / "parts" / "c")
     assert _vectors(tmp_path / "parts" / "c") == _vectors(tmp_path / "one" / "c")
     assert _run_file(tmp_path / "parts" / "c", queries, tmp_path / "parts") == _run_file(
         tmp_path / "one" / "c", queries, tmp_path / "one")
     for key in ("n_docs", "mean_nnz_per_doc", "term_df", "n_docs_empty_vector"):
         assert joined[key] == one[key], key
     assert joined["parts"] == 3 and joined["shards"] == 3 + 3 + 1
-    assert json.loads(encode.stats_path_for(tmp_path / "parts" / "c").read_text()) == joined
+    assert json.loads(shard_folder.stats_path_for(tmp_path / "parts" / "c").read_text()) == joined
 
 
 def test_a_killed_part_resumes_mid_window(model_dir: Path, encoder, tmp_path: Path) -> None:
@@ -153,13 +156,13 @@ def test_a_part_skipped_skips_the_corpus(tmp_path: Path) -> None:
     parts = [tmp_path / f"c.parts/{p}-of-2" for p in range(2)]
     parts[0].mkdir(parents=True)
     (parts[0] / "docs-00000.jsonl.gz").write_bytes(gzip.compress(b'{"id": "d1", "contents": "", "vector": {}}\n'))
-    encode.stats_path_for(parts[0]).write_text(json.dumps({"n_docs": 1, "term_df": {}}))
+    shard_folder.stats_path_for(parts[0]).write_text(json.dumps({"n_docs": 1, "term_df": {}}))
     parts[1].mkdir()
     (parts[1] / SKIPPED).write_text(json.dumps(record))
-    encode.stats_path_for(parts[1]).write_text(json.dumps(record))
+    shard_folder.stats_path_for(parts[1]).write_text(json.dumps(record))
     proc = subprocess.run([sys.executable, "-m", "splade_rescale.cli", "join-parts", "--parts", *map(str, parts),
                            "--out", str(tmp_path / "c")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == [SKIPPED]
     assert json.loads((tmp_path / "c" / SKIPPED).read_text()) == record
-    assert json.loads(encode.stats_path_for(tmp_path / "c").read_text()) == record
+    assert json.loads(shard_folder.stats_path_for(tmp_path / "c").read_text()) == record
