@@ -221,7 +221,7 @@ def prepare_corpus_cmd(args: argparse.Namespace) -> None:
 ))
 def corpus_digests_cmd(args: argparse.Namespace) -> None:
     """A digest of each document's id and text: what tells a declared corpus which vectors its source holds."""
-    from splade_rescale.digests import write_corpus_digests
+    from splade_rescale.data.prepare import write_corpus_digests
     write_corpus_digests(args.name, args.corpus, args.out)
 
 

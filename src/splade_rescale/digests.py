@@ -6,22 +6,15 @@ GB per second, so even a 1B-parameter init costs seconds once per job.
 
 A document is the same in two corpora when its id and its text are: rule corpus_digests writes a 16-byte
 BLAKE2b digest of each, in corpus order, by which a corpus finds those its declared source of vectors holds
-(:mod:`splade_rescale.encoding.reuse`).
+(:mod:`splade_rescale.encoding.reuse`; written by :func:`splade_rescale.data.prepare.write_corpus_digests`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 from pathlib import Path
-from typing import Any, Mapping
 
 import numpy as np
-from tqdm import tqdm
-
-from splade_rescale.atomic import atomic_file
-
-log = logging.getLogger(__name__)
 
 _BLOCK = 1 << 22
 DOC_DIGEST_BYTES = 16
@@ -51,17 +44,3 @@ def doc_digest(docid: str, text: str) -> bytes:
 
 def read_digests(path: str | Path) -> np.ndarray:
     return np.fromfile(path, dtype=DOC_DIGEST)
-
-
-def write_corpus_digests(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> int:
-    """CLI stage: one digest per document of a corpus, in its order, to ``out`` (atomically); the count."""
-    from splade_rescale.data.datasets import load_corpus
-
-    docs, total = load_corpus(name, spec, root, count=False)
-    n = 0
-    with atomic_file(out) as tmp, open(tmp, "wb") as f:
-        for docid, text in tqdm(docs, total=total, desc=f"digests {name}", unit="doc", mininterval=5):
-            f.write(doc_digest(docid, text))
-            n += 1
-    log.info("corpus %s: %d document digests", name, n)
-    return n

@@ -18,7 +18,8 @@ from conftest import REPO
 from splade_rescale.costs.plan import build_plan, load_throughputs
 from splade_rescale.data.corpora import corpora as corpora_of
 from splade_rescale.data.datasets import load_dataset
-from splade_rescale.digests import doc_digest, write_corpus_digests
+from splade_rescale.data.prepare import write_corpus_digests
+from splade_rescale.digests import doc_digest
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import reuse, shard_folder
 from splade_rescale.encoding.reuse import Reuse, declared_sources, write_overlap

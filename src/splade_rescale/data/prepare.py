@@ -28,9 +28,9 @@ from typing import Any, Mapping
 
 from tqdm.auto import tqdm
 
-from splade_rescale.atomic import write_json
+from splade_rescale.atomic import atomic_file, write_json
 from splade_rescale.data.corpora import corpus_files
-from splade_rescale.digests import file_sha256
+from splade_rescale.digests import doc_digest, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -192,3 +192,17 @@ def training_corpus(data: Mapping[str, Any], corpora: Mapping[str, Mapping[str, 
         if other == spec:
             return name, spec
     return "training-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", spec["id"]).strip("-"), spec
+
+
+def write_corpus_digests(name: str, spec: Mapping[str, Any], out: str | Path, root: str | Path = ".") -> int:
+    """CLI stage: one digest per document of a corpus, in its order, to ``out`` (atomically); the count."""
+    from splade_rescale.data.datasets import load_corpus
+
+    docs, total = load_corpus(name, spec, root, count=False)
+    n = 0
+    with atomic_file(out) as tmp, open(tmp, "wb") as f:
+        for docid, text in tqdm(docs, total=total, desc=f"digests {name}", unit="doc", mininterval=5):
+            f.write(doc_digest(docid, text))
+            n += 1
+    log.info("corpus %s: %d document digests", name, n)
+    return n
