@@ -46,6 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale.encoding import corpus as encode  # noqa: E402
+from splade_rescale.encoding.buckets import Batch, BucketBatcher  # noqa: E402
+from splade_rescale.encoding.settings import EncodeSettings  # noqa: E402
 from splade_rescale.encoding.shard_folder import ShardFolder, ShardWriter  # noqa: E402
 from splade_rescale.model.sparse_rows import SparseRows  # noqa: E402
 
@@ -94,7 +96,7 @@ class StubSparse:
         return idx
 
     def encode_sparse(self, batches, quantization, max_active_dims=None) -> Iterator[SparseRows]:
-        for texts in batches:
+        for texts in (b.ids for b in batches):
             idx = self._pick(len(texts))
             indptr = np.arange(0, (len(texts) + 1) * self.nnz, self.nnz, dtype=np.int64)
             yield SparseRows(indptr, self.terms[idx].astype(np.int32).ravel(),
@@ -139,8 +141,8 @@ def run_stub(args: argparse.Namespace, work: Path) -> dict:
     report: dict = {"mode": "stub", "vocab": args.vocab, "nnz_per_doc": args.nnz, "docs": args.docs,
                     "batch": args.batch}
     t0 = time.perf_counter()
-    stats = encode.encode_docs(stub, iter(docs), work / "ours", args.doc_len, args.batch, 100,
-                               shard_size=args.docs, total=args.docs)
+    stats = encode.encode_docs(stub, iter(docs), work / "ours",
+                               EncodeSettings(args.doc_len, batch_size=args.batch, shard_size=args.docs), args.docs)
     ours = time.perf_counter() - t0
     assert stats["n_docs"] == args.docs and stats["mean_nnz_per_doc"] == args.nnz
     prev_docs = docs[:max(args.batch, args.docs // 10)]  # the old path is ~50x slower: a tenth of the corpus
@@ -194,25 +196,28 @@ def st_encode_and_write(model, docs: list[tuple[str, str]], out: Path, batch: in
     folder.finish(out)
 
 
-def token_sorted(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> list[list[list[int]]]:
-    """The encode's batches of token ids (tokenised once, sorted by token count)."""
-    ids = encoder.tokenize([t for _, t in docs], length)
-    return [[ids[i] for i in b] for b in encode.token_batches([len(i) for i in ids], batch, batch * length)]
+def bucketed(encoder, docs: list[tuple[str, str]], batch: int, length: int, fill: bool = False) -> list[Batch]:
+    """The encode's batches of token ids (each text padded to its length bucket)."""
+    batcher = BucketBatcher(batch, fill=fill, horizon=len(docs) + 1)
+    batcher.add(encoder.tokenize([t for _, t in docs], length))
+    batcher.flush()
+    return list(batcher.due())
 
 
-def padding_share(batches: list[list[list[int]]]) -> float:
-    """Padded positions over all positions of the batches."""
-    real = sum(len(ids) for b in batches for ids in b)
-    return round(1 - real / sum(len(b) * max(map(len, b)) for b in batches), 4)
+def padding_share(batches: list[Batch]) -> float:
+    """Padded positions (filled rows included) over all positions of the batches."""
+    real = sum(len(ids) for b in batches for ids in b.ids)
+    return round(1 - real / sum(b.rows * b.length for b in batches), 4)
 
 
-def char_sorted(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> list[list[list[int]]]:
-    """The batches sorted by characters, as the encode cut them before (and sentence-transformers does)."""
+def char_sorted(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> list[Batch]:
+    """The batches sorted by characters, padded to their longest (as sentence-transformers cuts them)."""
     texts = sorted((t for _, t in docs), key=len, reverse=True)
-    return [encoder.tokenize(texts[i:i + batch], length) for i in range(0, len(texts), batch)]
+    batches = [encoder.tokenize(texts[i:i + batch], length) for i in range(0, len(texts), batch)]
+    return [Batch(np.arange(len(b)), b, max(map(len, b)), len(b)) for b in batches]
 
 
-def forward_only(encoder, batches: list[list[list[int]]]) -> float:
+def forward_only(encoder, batches: list[Batch]) -> float:
     """Seconds of our forward (with sparsification on the device) on pre-tokenised batches."""
     t0 = time.perf_counter()
     for _ in encoder.encode_sparse(batches, 100):
@@ -231,19 +236,19 @@ def run_real(args: argparse.Namespace, work: Path) -> dict:
     st = SparseEncoder(str(model_dir), device=args.device)
     if args.precision == "bf16":
         st = st.to(torch.bfloat16)
-    encode.encode_docs(ours_enc, iter(docs[:args.batch]), work / "warm", args.doc_len, args.batch)  # warm-up
-    batches = token_sorted(ours_enc, docs, args.batch, args.doc_len)
+    settings = EncodeSettings(args.doc_len, batch_size=args.batch, shard_size=args.docs)
+    encode.encode_docs(ours_enc, iter(docs[:args.batch]), work / "warm", settings)  # warm-up
+    batches = bucketed(ours_enc, docs, args.batch, args.doc_len)
     report: dict = {"mode": "end_to_end", "model": str(model_dir), "corpus": args.corpus, "docs": args.docs,
                     "batch": args.batch, "doc_len": args.doc_len, "precision": args.precision,
                     "device": args.device, "threads": torch.get_num_threads(),
                     "padding_share": {"char_sorted": padding_share(char_sorted(ours_enc, docs, args.batch,
                                                                                args.doc_len)),
-                                      "token_sorted": padding_share(batches)}}
+                                      "bucketed": padding_share(batches)}}
     rounds = []
     for _ in range(args.repeats):  # interleaved, so machine drift hits both alike
         t0 = time.perf_counter()
-        encode.encode_docs(ours_enc, iter(docs), work / "ours", args.doc_len, args.batch, shard_size=args.docs,
-                           total=args.docs)
+        encode.encode_docs(ours_enc, iter(docs), work / "ours", settings, args.docs)
         ours = time.perf_counter() - t0
         t0 = time.perf_counter()
         st_encode_and_write(st, docs, work / "st", args.batch, args.doc_len)

@@ -409,6 +409,7 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
     """
     import bench_encode
     from splade_rescale.encoding import corpus as encode
+    from splade_rescale.encoding.settings import EncodeSettings
 
     config = bench_splade.backbone_config("modernbert-base", bool(sizes.bench_args), None)
     tokenizer = wordpiece_tokenizer([t for row in triples() for t in row], 512)
@@ -425,8 +426,10 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
                                         precision="auto" if device.type == "cuda" else "bf16")
     docs = bench_encode.passages(sizes.e2e_docs)
     n, batch, length = len(docs), sizes.e2e_batch, sizes.e2e_len
-    encode.encode_docs(enc, iter(docs[:batch]), work / "e2e-warm", length, batch)  # kernels, allocator
-    feats = [enc.pad(b) for b in bench_encode.token_sorted(enc, docs, batch, length)]
+    settings = EncodeSettings(length, batch_size=batch, shard_size=n)
+    encode.encode_docs(enc, iter(docs[:batch]), work / "e2e-warm", settings)  # kernels, allocator
+    feats = [enc.pad(b.ids, b.length, b.rows)
+             for b in bench_encode.bucketed(enc, docs, batch, length, fill=device.type == "cuda")]
     bench_splade.sync(device)
     t0 = time.perf_counter()
     for f in feats:
@@ -434,7 +437,7 @@ def check_encode_end_to_end(work: Path, device: torch.device, sizes: Sizes,
         bench_splade.sync(device)
     forward = time.perf_counter() - t0
     t0 = time.perf_counter()
-    stats = encode.encode_docs(enc, iter(docs), work / "e2e-corpus", length, batch, total=n, shard_size=n)
+    stats = encode.encode_docs(enc, iter(docs), work / "e2e-corpus", settings, n)
     e2e = time.perf_counter() - t0
     ratio = forward / e2e
     data = {"docs": n, "batch": batch, "doc_len": length, "vocab": config.vocab_size,
@@ -456,6 +459,7 @@ def encode_real_texts(enc: SpladeEncoder, folder: Path, work: Path, device: torc
     shards out, one after the other per corpus; seconds, padding shares and the speed-up."""
     import bench_encode
     from splade_rescale.encoding import corpus as encode
+    from splade_rescale.encoding.settings import EncodeSettings
 
     st = bench_splade.load_theirs(folder, argparse.Namespace(attn="sdpa"), device)
     out: dict[str, Any] = {"docs": sizes.real_docs, "doc_len": sizes.real_len, "batch": sizes.e2e_batch}
@@ -465,8 +469,8 @@ def encode_real_texts(enc: SpladeEncoder, folder: Path, work: Path, device: torc
             bench_encode.st_encode_and_write(st, docs[:sizes.e2e_batch], work / f"st-warm-{corpus}",
                                              sizes.e2e_batch, sizes.real_len)
         t0 = time.perf_counter()
-        encode.encode_docs(enc, iter(docs), work / f"ours-{corpus}", sizes.real_len, sizes.e2e_batch,
-                           total=len(docs), shard_size=len(docs))
+        encode.encode_docs(enc, iter(docs), work / f"ours-{corpus}",
+                           EncodeSettings(sizes.real_len, batch_size=sizes.e2e_batch, shard_size=len(docs)), len(docs))
         bench_splade.sync(device)
         ours = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -476,7 +480,7 @@ def encode_real_texts(enc: SpladeEncoder, folder: Path, work: Path, device: torc
         theirs = time.perf_counter() - t0
         padding = {"char_sorted": bench_encode.padding_share(bench_encode.char_sorted(enc, docs, sizes.e2e_batch,
                                                                                       sizes.real_len)),
-                   "token_sorted": bench_encode.padding_share(bench_encode.token_sorted(enc, docs, sizes.e2e_batch,
+                   "bucketed": bench_encode.padding_share(bench_encode.bucketed(enc, docs, sizes.e2e_batch,
                                                                                         sizes.real_len))}
         out[corpus] = {"ours_s": round(ours, 3), "sentence_transformers_s": round(theirs, 3),
                        "ours_docs_per_s": round(len(docs) / ours, 1), "padding_share": padding}

@@ -124,6 +124,7 @@ def set_threads(threads: int | None) -> None:
 
 
 @command("mine-negatives", lambda p: (
+    jvm_args(p),
     p.add_argument("--data", type=json_arg, required=True, help="training.data, as JSON"),
     p.add_argument("--threads", type=int, default=1),
     p.add_argument("--out", required=True, type=Path),
@@ -133,6 +134,7 @@ def mine_negatives_cmd(args: argparse.Namespace) -> None:
     import tempfile
 
     from splade_rescale.training.data import mine_bm25_examples
+    start_jvm(args)
     with tempfile.TemporaryDirectory(prefix=".bm25-train.", dir=args.out.parent) as index_dir:
         mining = args.data.get("mining", {})
         stats = mine_bm25_examples(args.data, args.out, Path(index_dir) / "index",
@@ -297,11 +299,21 @@ def _runtime(args: argparse.Namespace) -> dict[str, Any]:
     return {k: args.runtime.get(k, args.encoding.get(k, v)) for k, v in RUNTIME_DEFAULTS.items()}
 
 
-def _encoder(args: argparse.Namespace):
+def _encoder(args: argparse.Namespace, texts: int | None = None):
+    """The job's encoder; compiled where :func:`~splade_rescale.model.splade.worth_compiling` for ``texts``
+    texts (a corpus's whole document count, so that its parts decide as one job would)."""
     from splade_rescale.encoding.corpus import load_encoder
     set_threads(args.threads)
     return load_encoder(args.model, head=args.encoding["head"], precision=args.encoding["precision"],
-                        device=None if args.device == "auto" else args.device)
+                        device=None if args.device == "auto" else args.device, texts=texts)
+
+
+def _settings(args: argparse.Namespace, max_length: int, **budgets: Any):
+    """The encoding config and the job's runtime settings as one :class:`EncodeSettings`."""
+    from splade_rescale.encoding.settings import EncodeSettings
+    enc, run = args.encoding, _runtime(args)
+    return EncodeSettings(max_length, enc["quantization"], enc.get("max_active_dims"), run["batch_size"],
+                          shard_size=run["shard_size"], index_threads=run["index_threads"], **budgets)
 
 
 @command("encode-corpus", lambda p: (
@@ -326,7 +338,7 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
     """
     from splade_rescale.atomic import atomic_dir, write_json
     from splade_rescale.data.prepare import model_documents, prepared_docs, prepared_files_digest
-    from splade_rescale.encoding.corpus import encode_corpus
+    from splade_rescale.encoding.corpus import CorpusSource, encode_corpus
     from splade_rescale.encoding.reuse import Reuse
     from splade_rescale.encoding.shard_folder import stats_path_for
     from splade_rescale.encoding.size_guard import TooDenseError
@@ -341,18 +353,16 @@ def encode_corpus_cmd(args: argparse.Namespace) -> None:
 
     if record := collapsed(args.training_manifest):
         return skip(record)
-    enc, run = args.encoding, _runtime(args)
+    run = _runtime(args)
     model_docs = model_documents(run["model_corpora"]) if run["model_budget_gb"] else None
+    total = prepared_docs(args.prepared) if args.prepared else None
+    source = CorpusSource(args.name, args.corpus, ".", total,
+                          prepared_files_digest(args.prepared) if args.prepared else None)
+    settings = _settings(args, args.encoding["doc_max_length"], budget_gb=run["index_budget_gb"],
+                         model_budget_gb=run["model_budget_gb"], model_docs=model_docs)
     try:
-        encode_corpus(args.model, args.corpus, args.out, enc["doc_max_length"], run["batch_size"],
-                      enc["quantization"], head=enc["head"], shard_size=run["shard_size"], name=args.name,
-                      encoder=_encoder(args), precision=enc["precision"], budget_gb=run["index_budget_gb"],
-                      max_active_dims=enc.get("max_active_dims"), index_threads=run["index_threads"],
-                      total=prepared_docs(args.prepared) if args.prepared else None,
-                      model_budget_gb=run["model_budget_gb"], model_docs=model_docs,
-                      files_sha256=prepared_files_digest(args.prepared) if args.prepared else None,
-                      part=args.part, parts=args.parts,
-                      reuse=Reuse(args.digests, args.vectors_from, args.source_digests) if args.vectors_from else None)
+        encode_corpus(_encoder(args, total), args.model, source, args.out, settings, args.part, args.parts,
+                      Reuse(args.digests, args.vectors_from, args.source_digests) if args.vectors_from else None)
     except TooDenseError as exc:
         log.warning("%s: %s", args.name, exc)
         skip({"status": "too dense", "reason": str(exc)})
@@ -388,8 +398,8 @@ def encode_queries_cmd(args: argparse.Namespace) -> None:
             write_text(args.out_dir / f"{name}.jsonl", "")
             write_json(stats_path_for(args.out_dir / f"{name}.jsonl"), record)
         return
-    encode_query_sets(args.model, args.query_sets, args.out_dir, _runtime(args)["batch_size"],
-                      args.encoding["quantization"], encoder=_encoder(args))
+    encode_query_sets(_encoder(args), args.model, args.query_sets, args.out_dir,
+                      _settings(args, args.encoding["query_max_length"]))
 
 
 def jvm_args(p: argparse.ArgumentParser) -> None:

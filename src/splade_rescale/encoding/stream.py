@@ -45,11 +45,13 @@ class Encoder(Protocol):
 
 class Batching(NamedTuple):
     """Runtime settings of the stream (no output depends on them): at most ``size`` texts and ``tokens``
-    padded tokens a batch (None: no token budget), ``chunk`` texts tokenised at once."""
+    padded tokens a batch (None: no token budget), ``chunk`` texts tokenised at once; ``fill``: short
+    batches filled to the bucket's row count (None: on CUDA)."""
 
     size: int = 32
     tokens: int | None = None
     chunk: int = CHUNK_TEXTS
+    fill: bool | None = None
 
 
 def encode_stream(encoder: Encoder, items: Iterable[tuple[str, str]], max_length: int, quantization: float,
@@ -57,7 +59,8 @@ def encode_stream(encoder: Encoder, items: Iterable[tuple[str, str]], max_length
                   ) -> Iterator[tuple[list[tuple[str, str]], Batches]]:
     """Consecutive chunks of ``(id, text)`` (at least ``batching.chunk`` but the last) with their batches'
     rows, positions within the chunk. A non-finite weight names its id."""
-    fill = getattr(encoder, "device", torch.device("cpu")).type == "cuda"
+    on_cuda = getattr(getattr(encoder, "device", None), "type", None) == "cuda"
+    fill = on_cuda if batching.fill is None else batching.fill
     batcher = BucketBatcher(batching.size, batching.tokens, fill=fill, horizon=5 * batching.chunk)
     device = _Device(encoder, batcher)
     pending: deque[tuple[str, str]] = deque()  # texts read and not yet sent out; pending[0] is at `sent`
