@@ -94,13 +94,18 @@ def declared_sources(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, str
 
 def source_lines(own: np.ndarray, source: np.ndarray) -> np.ndarray:
     """Each of ``own``'s digests' first position in ``source`` (its line in the source's collection); -1: absent."""
+    out = np.full(len(own), -1, dtype=np.int64)
+    if not len(source):
+        return out
     src, mine = (np.frombuffer(d.tobytes(), dtype="<u8").reshape(-1, 2) for d in (source, own))
     order = np.argsort(src[:, 0], kind="stable")  # 8-byte prefixes sort fast; whole digests checked below
     first = src[order, 0]
-    at = np.searchsorted(first, mine[:, 0])
-    out = np.full(len(mine), -1, dtype=np.int64)
-    for i in np.flatnonzero(at < len(first)).tolist():
-        k = int(at[i])
+    at = np.minimum(np.searchsorted(first, mine[:, 0]), len(first) - 1)
+    prefix = first[at] == mine[:, 0]
+    hit = prefix & (src[order[at], 1] == mine[:, 1])
+    out[hit] = order[at[hit]]
+    for i in np.flatnonzero(prefix & ~hit).tolist():  # another digest with the same prefix first: look on
+        k = int(at[i]) + 1
         while k < len(first) and first[k] == mine[i, 0]:
             if src[order[k], 1] == mine[i, 1]:
                 out[i] = order[k]
@@ -239,9 +244,11 @@ def _merge(lines: np.ndarray, spill: Path, own: Path | None, out: Path, shard_do
     rest = _lines(own) if own else iter(())
     stats, buffer, shard, c, k = TermStats(), [], None, None, 0
     try:
-        for p, j in enumerate(tqdm(lines.tolist(), desc="merge", unit="doc", mininterval=5)):
+        for p in tqdm(range(len(lines)), desc="merge", unit="doc", mininterval=5):
             if p % SPILL_DOCS == 0:
                 window = _window(spill / f"{p // SPILL_DOCS:05d}.bin")
+                here = lines[p:p + SPILL_DOCS].tolist()  # not the whole range's as Python ints
+            j = here[p % SPILL_DOCS]
             if shard is not None and (p % shard_docs == 0 or len(buffer) >= 4096):
                 stats.merge(_line_terms(buffer))
                 shard.write(c.compress(b"".join(buffer)) + (c.flush() if p % shard_docs == 0 else b""))
