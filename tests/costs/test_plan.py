@@ -52,7 +52,7 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
     one, _ = plan_run(PAPER, None, 8, 1, root=REPO)
     eight, text = plan_run(PAPER, None, 64, 8, tmp_path / "plan.md", root=REPO)
     gpu_h = one["totals"]["train_gpu_h"] + one["totals"]["encode_gpu_h"]
-    # on 8 GPUs a corpus of more than encoding.part_docs documents is encoded in parts, each one more job start
+    # on 8 GPUs a corpus of more than 3,000,000 documents is encoded in parts, each one more job start
     assert one["jobs"].get("encode_corpus_part", 0) == 0 and one["jobs"]["encode_corpus"] == 19 * 14
     assert eight["jobs"]["encode_corpus"] + eight["jobs"]["join_corpus_parts"] == 19 * 14
     startups = (eight["jobs"]["encode_corpus_part"] - eight["jobs"]["join_corpus_parts"]) * 30 / 3600

@@ -1,6 +1,6 @@
-"""How SpladeEncoder batches texts: token-sorted batches leave little padding, a batch without padding
-does no mask work and gives the same vectors, batch k + 1 queued before batch k is read back changes
-nothing, and the compiled backbone has no graph break and a bounded number of graphs over many shapes.
+"""How SpladeEncoder batches texts: length buckets leave little padding, a batch holds one bucket, a batch
+without padding does no mask work and gives the same vectors, batch k + 1 queued before batch k is read
+back changes nothing, and the compiled backbone has no graph break and a bounded number of graphs over many shapes.
 
 The compile checks use dynamo's ``eager`` backend: the graphs, breaks and recompiles are dynamo's,
 whatever the backend; inductor's own code generation takes minutes on a CPU (docs/measurements.md).
@@ -18,7 +18,7 @@ import torch
 from transformers import AutoTokenizer
 
 from conftest import REPO, tiny_bert, tiny_modernbert
-from splade_rescale.encoding.corpus import token_batches
+from splade_rescale.encoding.buckets import Batch, BucketBatcher, bucket_length, bucket_rows
 from splade_rescale.model.splade import COMPILE_MIN_TEXTS, SpladeEncoder, worth_compiling
 
 PASSAGES = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
@@ -26,31 +26,39 @@ TEXTS = ["a protein", "the mitochondrial proteins of the human brain and their f
          "sparse retrieval with a rescaled masked language model head", "x y z"]
 
 
-def _padding(lengths: np.ndarray, batches: list[np.ndarray]) -> float:
-    return 1 - sum(lengths[b].sum() for b in batches) / sum(len(b) * lengths[b].max() for b in batches)
-
-
-def test_token_sorted_batches_leave_little_padding(minilm_path) -> None:
-    """On 5,000 real MS MARCO passages at 256 tokens, batches of 256: sorting by characters (the old
-    order) leaves 38% of each batch padding, by tokens 8% (2% on a whole chunk of 20,000:
-    docs/measurements.md)."""
+def test_length_buckets_pad_little_more_than_batches_sorted_by_tokens(minilm_path) -> None:
+    """On 5,000 real MS MARCO passages at 256 tokens: sorting by characters (sentence-transformers' order)
+    pads 38% of each batch of 256; each text padded to its bucket of 8 tokens pads under 6% (and under 3%
+    more tokens than batches sorted by token count, the encode's batching before buckets)."""
     with gzip.open(PASSAGES, "rt") as f:
         texts = [json.loads(line)["text"] for line in itertools.islice(f, 5000)]
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     lengths = np.array([len(ids) for ids in tokenizer(texts, truncation=True, max_length=256)["input_ids"]])
     by_chars = np.argsort([-len(t) for t in texts], kind="stable")
-    old = _padding(lengths, [by_chars[i:i + 256] for i in range(0, len(texts), 256)])
-    new = _padding(lengths, token_batches(lengths, 256, 256 * 256))
-    assert old > 0.35 and new < 0.10, (old, new)
+    chars = sum(lengths[b].max() * len(b) for b in (by_chars[i:i + 256] for i in range(0, len(texts), 256)))
+    by_tokens = np.sort(lengths)[::-1]
+    tokens = sum(by_tokens[i] * len(by_tokens[i:i + 256]) for i in range(0, len(texts), 256))
+    buckets = sum(bucket_length(n) for n in lengths)
+    assert 1 - lengths.sum() / chars > 0.35 and 1 - lengths.sum() / buckets < 0.06
+    assert buckets / tokens - 1 < 0.03, (buckets, tokens)
 
 
-def test_token_batches_cut_by_count_and_by_token_budget() -> None:
-    lengths = [5, 100, 7, 60, 60, 3, 100]
-    batches = token_batches(lengths, 3, 10_000)
-    assert [b.tolist() for b in batches] == [[1, 6, 3], [4, 2, 0], [5]]  # most tokens first, stable
-    by_budget = token_batches(lengths, 3, 200)  # a batch of 100-token texts holds two; of 60, three
-    assert [b.tolist() for b in by_budget] == [[1, 6], [3, 4, 2], [0, 5]]
-    assert [b.tolist() for b in token_batches([300], 4, 100)] == [[0]]  # a text over the budget alone
+def test_a_batch_holds_one_bucket_of_at_most_its_rows() -> None:
+    assert [bucket_length(n) for n in (1, 8, 9, 16, 17, 256)] == [8, 8, 16, 16, 24, 256]
+    assert bucket_rows(64, 32, None) == 32 and bucket_rows(64, 32, 640) == 10 and bucket_rows(512, 4, 100) == 1
+    batcher = BucketBatcher(batch_size=2, horizon=7)
+    batcher.add([[1] * 5, [1] * 12, [1] * 7, [1] * 3, [1] * 30, [1] * 30, [1] * 40])
+    due = list(batcher.due())  # the 8-bucket fills first (0, 2), then the 32-bucket (4, 5); 16, 8 and 40 wait
+    assert [(b.positions.tolist(), b.length, b.rows) for b in due] == [([0, 2], 8, 2), ([4, 5], 32, 2)]
+    assert batcher.oldest() == 1
+    batcher.add([[1] * 2])  # fills the 8-bucket; text 1 has now waited 7 texts (the horizon): its bucket goes
+    assert [(b.positions.tolist(), b.length) for b in batcher.due()] == [([3, 7], 8), ([1], 16)]
+    batcher.flush()
+    assert [(b.positions.tolist(), b.length) for b in batcher.due()] == [([6], 40)]
+    filled = BucketBatcher(batch_size=4, fill=True)
+    filled.add([[1] * 5])
+    filled.flush()
+    assert [(len(b.ids), b.rows) for b in filled.due()] == [(1, 4)]
 
 
 @pytest.fixture(params=["bert", "modernbert"])
@@ -77,8 +85,11 @@ def test_each_text_gets_the_vector_it_gets_alone(encoder: SpladeEncoder) -> None
     """Batches of mixed lengths (padding masked in the backbone and the head) and the next batch queued
     before a batch is read back: every row equals the text encoded alone, without padding."""
     ids = encoder.tokenize(TEXTS, 32)
-    rows = list(encoder.encode_sparse([ids[:3], ids[3:], ids[:1]], 100))
-    alone = [next(encoder.encode_sparse([[i]], 100)) for i in ids]
+    def batch(texts):
+        return Batch(np.arange(len(texts)), texts, bucket_length(max(map(len, texts))), len(texts))
+
+    rows = list(encoder.encode_sparse([batch(ids[:3]), batch(ids[3:]), batch(ids[:1])], 100))
+    alone = [next(encoder.encode_sparse([batch([i])], 100)) for i in ids]
     got = [r.row(k) for r in rows for k in range(r.n_rows)]
     assert got == [a.row(0) for a in alone[:3] + alone[3:] + alone[:1]]
     assert all(len(g) > 0 for g in got)

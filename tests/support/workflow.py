@@ -79,3 +79,13 @@ def run_workflow(root: Path, config: dict) -> Path:
     proc = snakemake("all", "--cores", "2", "--configfile", "config/test.yaml", cwd=root, env=ENV, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return root
+
+
+def planned_jobs(output: str) -> list[dict]:
+    """Each job block of a dry run: {"rule", "output": [paths], "wildcards": {name: value}}."""
+    jobs = []
+    for m in re.finditer(r"^(?:local)?rule (\w+):\n((?:[ \t]+.*\n?)*)", output, re.M):
+        fields = dict(re.findall(r"^\s+(\w+): (.*)$", m.group(2), re.M))
+        wildcards = dict(kv.split("=", 1) for kv in fields["wildcards"].split(", ")) if "wildcards" in fields else {}
+        jobs.append({"rule": m.group(1), "output": fields.get("output", "").split(", "), "wildcards": wildcards})
+    return jobs

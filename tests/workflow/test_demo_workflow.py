@@ -33,7 +33,7 @@ import yaml
 
 from conftest import REPO
 from support.trec_eval import assert_metrics_match_trec_eval
-from support.workflow import copy_workflow, job_counts, snakemake
+from support.workflow import copy_workflow, job_counts, planned_jobs, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -42,16 +42,6 @@ RESULTS = "results/demo"
 RECIPES = "config/recipes.yaml"
 POOL = "resources/demo/msmarco-dl19-dl20-demo"
 TRAIN_QRELS = "resources/demo/scifact/qrels/train.tsv"
-
-
-def planned_jobs(output: str) -> list[dict]:
-    """Each job block of a dry run: {"rule", "output": [paths], "wildcards": {name: value}}."""
-    jobs = []
-    for m in re.finditer(r"^(?:local)?rule (\w+):\n((?:[ \t]+.*\n?)*)", output, re.M):
-        fields = dict(re.findall(r"^\s+(\w+): (.*)$", m.group(2), re.M))
-        wildcards = dict(kv.split("=", 1) for kv in fields["wildcards"].split(", ")) if "wildcards" in fields else {}
-        jobs.append({"rule": m.group(1), "output": fields.get("output", "").split(", "), "wildcards": wildcards})
-    return jobs
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from support.workflow import WITH_BIN, job_counts, snakemake
+from support.workflow import WITH_BIN, job_counts, planned_jobs, snakemake
 
 
 def test_paper_dry_run_shows_the_whole_experiment():
@@ -31,7 +31,7 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert counts["norms_variant"] == trained
     assert counts["train"] == trained  # no training for the published model
     assert counts["impact_index"] == models * corpora
-    # MS MARCO in 3 parts, FEVER, Climate-FEVER, HotpotQA and DBPedia in 2 (encoding.part_docs), joined
+    # MS MARCO in 3 parts, FEVER, Climate-FEVER, HotpotQA and DBPedia in 2 (data.corpora.PART_DOCS), joined
     assert counts["encode_corpus"] + counts["join_corpus_parts"] == models * corpora
     assert counts["join_corpus_parts"] == models * 5 and counts["encode_corpus_part"] == models * 11
     assert counts["encode_queries"] == models  # one job per model for all its query sets
@@ -49,6 +49,17 @@ def test_paper_dry_run_shows_the_whole_experiment():
     assert msmarco and "results/paper/indexes/bert-base-uncased/baseline/dl19" not in proc.stdout
     assert "results/paper/metrics/splade-pp-ed/published/arguana.json" in proc.stdout
     assert "results/paper/models/splade-pp-ed/published/init" not in proc.stdout
+
+
+def test_the_encode_jobs_are_the_same_on_one_gpu_and_on_eight():
+    """A document's vector depends on the document alone, so a big corpus is cut into the same parts
+    whatever the GPUs: a run moved to more GPUs (or to SLURM) reruns no finished encode."""
+    encodes = {}
+    for gpus in (1, 8):
+        proc = snakemake("all", "-n", "--forceall", "--cores", "8", "--resources", f"gpu={gpus}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        encodes[gpus] = sorted(tuple(j["output"]) for j in planned_jobs(proc.stdout) if j["rule"].startswith("encode_"))
+    assert encodes[1] == encodes[8] and len(encodes[1]) > 19 * 14
 
 
 def test_miniature_dry_run_plans_the_factor_sweep_on_both_backbones(tmp_path):

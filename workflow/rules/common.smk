@@ -255,13 +255,11 @@ if LOCAL_GPUS:
                     f"; --cores {_fed['cores_for_all']} keeps all busy (make plan times both)"))
 
 
-# A corpus of more than encoding.part_docs documents (by ir_datasets' metadata, known before any download)
-# is encoded as several GPU jobs over contiguous parts, so that the last hours of a run are shared by every
-# GPU; the parts' vectors are those of one job (the batching grid is the corpus's own), so the part size
-# changes no output. A local corpus's size is unknown before preparation: one job. A run on one GPU
-# gains nothing from parts (each would only add a job start): one job per corpus there.
-PART_DOCS = None if LOCAL_GPUS == 1 else config["encoding"]["part_docs"]
-CORPUS_PARTS = {c: corpus_parts(spec, PART_DOCS) for c, spec in CORPORA.items()}
+# A corpus of more than PART_DOCS documents (by ir_datasets' metadata, known before any download) is encoded
+# as several GPU jobs over contiguous parts (data.corpora.corpus_parts). A document's vector depends on the
+# document alone, so the parts' vectors are those of one job; the jobs are the same on any number of GPUs
+# (one GPU runs the parts one after another), so moving a run to more GPUs, or to SLURM, reruns no encode.
+CORPUS_PARTS = {c: corpus_parts(spec) for c, spec in CORPORA.items()}
 PARTED = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n > 1) or "(?!)"
 WHOLE = "|".join(re.escape(c) for c, n in CORPUS_PARTS.items() if n == 1) or "(?!)"
 

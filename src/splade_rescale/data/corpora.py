@@ -139,12 +139,19 @@ def known_docs(spec: Mapping[str, Any]) -> int | None:
         return None
 
 
-def corpus_parts(spec: Mapping[str, Any], part_docs: int | None) -> int:
-    """How many GPU jobs encode a corpus: one per ``part_docs`` documents of its known size, so that a big
-    corpus's encode is shared by several GPUs; 1 when the size is unknown before preparation or parts are
-    off (None). The count is fixed when the workflow is planned: the DAG stays static."""
+# Documents of one encode job of a big corpus: a corpus of more is encoded as several GPU jobs over contiguous
+# parts, so that the last hours of a run are shared by every GPU (3M: the shortest 8-GPU plan with the fewest
+# jobs, docs/measurements.md). A constant, not a setting: the jobs then depend on the corpus alone, and no
+# edit of a runtime setting or GPU count replans (and so reruns) a finished corpus's encode.
+PART_DOCS = 3_000_000
+
+
+def corpus_parts(spec: Mapping[str, Any]) -> int:
+    """How many GPU jobs encode a corpus: one per :data:`PART_DOCS` documents of its known size; 1 when the
+    size is unknown before preparation (a local corpus). Fixed when the workflow is planned: the DAG stays
+    static."""
     n = known_docs(spec)
-    return max(1, -(-n // part_docs)) if n and part_docs else 1
+    return max(1, -(-n // PART_DOCS)) if n else 1
 
 
 def part_range(total: int, part: int, parts: int) -> tuple[int, int]:

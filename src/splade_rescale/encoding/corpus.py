@@ -203,8 +203,8 @@ def encode_corpus(encoder: Encoder, model_dir: str | Path, source: CorpusSource,
                              "the corpus (prepare_corpus) first")
         start, stop = part_range(total, part, parts)
         if start >= stop:
-            raise ValueError(f"{name}: part {part} of {parts} holds no documents ({total:,} in all); fix: raise "
-                             "encoding.part_docs")
+            raise ValueError(f"{name}: part {part} of {parts} holds no documents ({total:,} in all); fix: plan fewer "
+                             "parts")
         docs = itertools.islice(docs, start, None)
     inputs = resume_inputs(model_dir, name, source.spec, getattr(encoder, "head_impl", None), source.files_sha256)
     plan = plan_reuse(reuse, start, stop) if reuse else None
