@@ -289,28 +289,77 @@ def gpus_fed(config: dict[str, Any], cores: int, gpus: int, core_h_per_gpu_h: fl
     return {"at_once": min(gpus, cores // held), "busy": busy, "cores_for_all": cores_for_all}
 
 
+def host_memory_mb(root: Path = Path("/")) -> int:
+    """The memory (MB) this process and its jobs may use together: the machine's, or less where a cgroup
+    caps it (a container's limit, a Kubernetes pod's, a SLURM job's; v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``, on this process's cgroup and those above it)."""
+    meminfo = (root / "proc/meminfo").read_text()
+    limits = [int(re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M).group(1)) * 1024]
+    cgroups = root / "sys/fs/cgroup"
+    for line in (root / "proc/self/cgroup").read_text().splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and not controllers:
+            folder, name = cgroups, "memory.max"
+        elif "memory" in controllers.split(","):
+            folder, name = cgroups / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        for part in [Path(path.lstrip("/")), *Path(path.lstrip("/")).parents]:
+            value = (folder / part / name).read_text().strip() if (folder / part / name).is_file() else ""
+            if value.isdigit():
+                limits.append(int(value))
+    return min(limits) // 10**6
+
+
 WSL_DRIVER = Path("/usr/lib/wsl/lib/libcuda.so")  # NVIDIA's CUDA driver as WSL2 mounts it
 
 
 def visible_device_ids(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev"),
                        wsl_driver: Path = WSL_DRIVER) -> list[str]:
-    """The NVIDIA GPUs this process may use, as ids CUDA accepts in CUDA_VISIBLE_DEVICES, without
-    importing torch: the variable's entries where set (ordinals or UUIDs, up to a "-1", which hides
-    the rest, as CUDA reads it); else CUDA's ordinals 0..n-1 of the n /dev/nvidiaN files.
+    """The NVIDIA GPUs this process may use, as ids CUDA accepts in CUDA_VISIBLE_DEVICES, each once,
+    without importing torch: the variable's entries where set (ordinals or UUIDs, up to a "-1", which
+    hides the rest, as CUDA reads it); else CUDA's ordinals 0..n-1 of the n /dev/nvidiaN files this
+    process can open, or the container runtime's NVIDIA_VISIBLE_DEVICES where more files show than it lists.
 
     Why the count and not the N: a container (``docker run --gpus '"device=2,5"'``, Kubernetes) keeps
     the host's numbers, /dev/nvidia2 and /dev/nvidia5, while CUDA calls those GPUs 0 and 1. The device
     files are what the container runtime hands over, so their count is what CUDA enumerates; reading
     them needs no torch import (seconds), no NVML and no ``nvidia-smi`` (absent from many images).
+    A privileged pod, or ``-v /dev:/dev``, shows every GPU of the host, those allocated to others too:
+    there the runtime's list (host ids, PCI order: what CUDA_DEVICE_ORDER=PCI_BUS_ID numbers) says
+    which are this one's, and a file the device cgroup or its mode forbids is not counted.
     WSL2 shows no /dev/nvidiaN: its GPUs come through /dev/dxg, with NVIDIA's driver in
     /usr/lib/wsl/lib; CUDA's first GPU (ordinal 0) is then the pool, unless CUDA_VISIBLE_DEVICES names more."""
     if "CUDA_VISIBLE_DEVICES" in environ:
         ids = [d.strip() for d in environ["CUDA_VISIBLE_DEVICES"].split(",")]
-        return [d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d]
-    count = sum(1 for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
+        # "0,0" is one GPU: a pool naming it twice would have a two-GPU job wait for a second claim on it
+        return list(dict.fromkeys(d for d in (ids[:ids.index("-1")] if "-1" in ids else ids) if d))
+    count = sum(1 for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name) and _can_open(p))
+    allocated = runtime_devices(environ)
+    if allocated is not None and count > len(allocated):
+        return allocated
     if not count and wsl_gpu(dev, wsl_driver):
         count = 1
     return [str(i) for i in range(count)]
+
+
+def runtime_devices(environ: Mapping[str, str] = os.environ) -> list[str] | None:
+    """The GPUs NVIDIA's container runtime allocated (NVIDIA_VISIBLE_DEVICES as a list, each once; "none":
+    []), or None where it names no list ("all", "void", empty or unset: the device files say)."""
+    value = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if value == "none":
+        return []
+    if value in ("", "all", "void"):
+        return None
+    return list(dict.fromkeys(d.strip() for d in value.split(",") if d.strip()))
+
+
+def _can_open(device: Path) -> bool:
+    try:
+        os.close(os.open(device, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError:
+        return False
+    return True
 
 
 def wsl_gpu(dev: Path = Path("/dev"), driver: Path = WSL_DRIVER) -> bool:

@@ -11,6 +11,9 @@ torch starts. The locks belong to the job's process (kept across ``exec``, so th
 that replaces it holds them), and the kernel drops them when it ends, however it ends (SIGKILL
 included): no claim outlives its job, so none blocks the next job or the next run. A DDP rank dies
 with its launcher (:func:`die_with_parent`), so no rank goes on using GPUs whose claim is gone.
+The lock files are the host's (:func:`claims_folder`), so two runs on one machine, from one
+checkout or two, never share a GPU, and runs on two nodes of a shared file system never wait on
+each other.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
@@ -58,6 +62,49 @@ def torch_build() -> dict[str, str | None]:
 
 def _lock_path(folder: Path, device: str) -> Path:
     return folder / f"gpu-{device.replace('/', '_')}.lock"
+
+
+# File systems shared by several machines: a lock there is seen by (or, where flock is emulated, fails on)
+# another node, whose GPUs are not this one's
+SHARED_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "fuse.sshfs",
+                       "fuse.glusterfs", "9p")
+
+
+def claims_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """This user's GPU claims on this host: in the temporary folder (``TMPDIR``, else /tmp), local to the
+    machine, not in the checkout, which a cluster's nodes share."""
+    base = environ.get("TMPDIR") or tempfile.gettempdir()
+    return Path(base) / f"splade-rescale-gpu-claims-{os.getuid()}"
+
+
+def file_system(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str:
+    """The type of the file system ``path`` lies on (its longest mount point in ``mounts``)."""
+    path, best, kind = Path(os.path.abspath(path)), -1, ""
+    for line in mounts.read_text().splitlines():
+        fields = line.split()
+        point = Path(fields[1].replace("\\040", " "))
+        if (point == path or point in path.parents) and len(point.parts) > best:
+            best, kind = len(point.parts), fields[2]
+    return kind
+
+
+def check_claims_folder(folder: Path, mounts: Path = Path("/proc/self/mounts")) -> None:
+    """Stop, in one line, where GPU claims cannot work: ``folder`` on a file system shared by several
+    machines, or one where flock fails."""
+    kind = file_system(folder, mounts) if mounts.is_file() else ""
+    if kind in SHARED_FILE_SYSTEMS:
+        raise RuntimeError(f"GPU claims at {folder} would be on a {kind} file system shared by several machines: "
+                           "point TMPDIR at a disk of this machine (/tmp, a node's local scratch)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / "check.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: runs checking at once never block
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise RuntimeError(f"GPU claims need file locks (flock) in {folder}, which failed ({exc}): point TMPDIR "
+                           "at a disk of this machine that supports them (/tmp, a node's local scratch)") from None
 
 
 def _try_claim(pool: Sequence[str], count: int, folder: Path, holder: str) -> list[tuple[str, int]]:
@@ -133,7 +180,8 @@ def check_devices(cuda_devices: int, torch_version: str, refuse_cpu: bool = True
     """Log the devices this process sees (CUDA_VISIBLE_DEVICES as it reads it, not as a claim meant it),
     and stop a process handed GPU ids that finds no CUDA device: it would run on the CPU, 10 to 100
     times slower, without a word (``refuse_cpu``: the device is ``auto``; ``device: cpu`` or
-    :data:`CPU_TORCH_VAR` runs it there)."""
+    :data:`CPU_TORCH_VAR` runs it there); or that finds fewer than it was handed (MIG instances), where
+    a DDP training would fail only once its ranks meet."""
     ids = handed_ids(environ)
     log.info("devices: CUDA_VISIBLE_DEVICES=%s (pid %d; torch sees %d CUDA device(s))",
              environ.get("CUDA_VISIBLE_DEVICES", "(unset)").replace(" ", "") or "(empty)", os.getpid(), cuda_devices)
@@ -142,6 +190,10 @@ def check_devices(cuda_devices: int, torch_version: str, refuse_cpu: bool = True
                            "CUDA device: give ids CUDA knows (0..n-1 of `nvidia-smi -L`, or GPU UUIDs), a CUDA "
                            "torch (`make install TORCH=cuda`) and, in a container, --gpus; or set `device: cpu` "
                            "in the config to run on the CPU")
+    if 0 < cuda_devices < len(handed := ids.split(",")):
+        raise RuntimeError(f"CUDA_VISIBLE_DEVICES={ids} hands this job {len(handed)} GPUs, but torch sees "
+                           f"{cuda_devices}: CUDA shows one MIG instance to a process, so a DDP training cannot span "
+                           "MIG instances; give it whole GPUs, or train_gpus: 1 on a MIG instance")
 
 
 def exec_ranks(count: int, args: Sequence[str]) -> None:

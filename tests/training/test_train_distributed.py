@@ -50,22 +50,22 @@ runpy.run_module("splade_rescale.training.train", run_name="__main__", alter_sys
 """
 
 
-def _cli(init: Path, out: Path, recipe: dict[str, Any]) -> list[str]:
+def _cli(init: Path, out: Path, recipe: dict[str, Any], code: str = _TRAIN_REPORTING_MEMORY) -> list[str]:
     p = training_paths(out)
-    return [sys.executable, "-c", _TRAIN_REPORTING_MEMORY, "--init-dir", str(init),
+    return [sys.executable, "-c", code, "--init-dir", str(init),
             "--final-dir", str(p["final_dir"]),
             "--log-csv", str(p["log_csv"]), "--record", str(p["record_path"]),
             "--checkpoint-dir", str(p["checkpoint_dir"]), "--recipe-json", json.dumps(recipe),
             "--data-json", json.dumps(TRIPLES), "--device", "cpu"]
 
 
-def _launch(init: Path, out: Path, recipe: dict) -> list[subprocess.Popen]:
+def _launch(init: Path, out: Path, recipe: dict, code: str = _TRAIN_REPORTING_MEMORY) -> list[subprocess.Popen]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port)}
-    return [subprocess.Popen(_cli(init, out, recipe), env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+    return [subprocess.Popen(_cli(init, out, recipe, code), env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(2)]
 
 
@@ -146,3 +146,42 @@ def test_two_processes_killed_after_a_checkpoint_resume_to_identical_weights(tmp
     # import noise between two processes.
     weights_kb = sum(t.numel() * t.element_size() for t in straight.values()) // 1024
     assert all(r - s < 1.5 * weights_kb for r, s in zip(resumed_kb, straight_kb)), (resumed_kb, straight_kb)
+
+
+# The trainer's CLI, each rank printing the timeout its process group got and each barrier it passed,
+# after which of its own checkpoint saves (rank 0 saves, the others none).
+_TRAIN_REPORTING_COLLECTIVES = """
+import sys
+import torch.distributed as dist
+from splade_rescale.training import train
+
+saved, save, init, barrier = [], train._save_checkpoint, dist.init_process_group, dist.barrier
+
+def save_reported(folder, state, keep):
+    save(folder, state, keep)
+    saved.append(state["step"])
+
+def init_reported(*args, **kwargs):
+    print(f"timeout: {kwargs.get('timeout')}", file=sys.stderr, flush=True)
+    init(*args, **kwargs)
+
+def barrier_reported(*args, **kwargs):
+    barrier(*args, **kwargs)
+    print(f"barrier after saves {saved}", file=sys.stderr, flush=True)
+
+train._save_checkpoint, dist.init_process_group, dist.barrier = save_reported, init_reported, barrier_reported
+train.main(sys.argv[1:])
+"""
+
+
+def test_ranks_wait_for_a_checkpoint_save_at_a_barrier_under_an_explicit_timeout(tmp_path: Path) -> None:
+    """Without the barrier the others wait for rank 0's save inside the next step's all-reduce; without an
+    explicit timeout, a rank that died holds the others for the backend's default."""
+    procs = _launch(save_tiny_bert(tmp_path / "init", dropout=0.0), tmp_path / "out", tiny_recipe(**RECIPE),
+                    _TRAIN_REPORTING_COLLECTIVES)
+    with ThreadPoolExecutor(2) as pool:
+        errs = list(pool.map(lambda p: p.communicate(timeout=600)[1], procs))
+    assert [p.returncode for p in procs] == [0, 0], errs[0][-2000:] + errs[1][-2000:]
+    reported = [[line for line in err.splitlines() if line.startswith(("timeout:", "barrier"))] for err in errs]
+    assert reported[0] == ["timeout: 0:30:00", "barrier after saves [2]", "barrier after saves [2, 4]"]
+    assert reported[1] == ["timeout: 0:30:00", "barrier after saves []", "barrier after saves []"]

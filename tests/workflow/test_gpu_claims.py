@@ -261,8 +261,9 @@ def _dry_run(tmp_path: Path, *args: str, gpus: str | None = "0,1") -> subprocess
                      env=env)
 
 
-def test_a_gpu_machine_with_a_cpu_torch_stops_before_any_job_unless_device_cpu(tmp_path: Path) -> None:
-    proc = _dry_run(tmp_path)
+def test_a_gpu_config_on_a_gpu_machine_with_a_cpu_torch_stops_before_any_job_unless_device_cpu(tmp_path: Path) -> None:
+    """``device: cuda`` (the paper config's); ``device: auto`` runs on the CPU there (test_gpu_machines)."""
+    proc = _dry_run(tmp_path, "--config", "device=cuda")
     assert proc.returncode != 0
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "has no CUDA" in line]
     assert len(lines) == 1 and "make install TORCH=cuda" in lines[0] and "device: cpu" in lines[0], proc.stdout[-2000:]

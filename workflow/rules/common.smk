@@ -1,6 +1,7 @@
 # Shared by all rules: config validation (before any job runs), wildcard constraints,
 # and the functions that turn the config into file lists.
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -9,11 +10,13 @@ import yaml
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job, local_threads, validate_config,
-                                   visible_device_ids, wsl_gpu)
-from splade_rescale.costs.plan import build_plan, load_throughputs
-from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, torch_build
-from splade_rescale.costs.model_shapes import check_architectures, gpu_job_priorities, train_job_priorities
+from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job, host_memory_mb, local_threads,
+                                   validate_config, visible_device_ids, wsl_gpu)
+from splade_rescale.costs.plan import build_plan, gpu_job_host_gib, load_throughputs
+from splade_rescale.retrieval.lucene import MEM_MB
+from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, check_claims_folder, claims_folder, torch_build
+from splade_rescale.costs.model_shapes import (check_architectures, estimated_parameters, gpu_job_priorities,
+                                               train_job_priorities)
 from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files
 from splade_rescale.encoding.reuse import declared_sources
 from splade_rescale.errors import ConfigError
@@ -188,32 +191,68 @@ def gpu_count():
 # them before torch starts (splade_rescale.gpus); `--resources gpu=N` runs N at once on the first N.
 # Threads follow --cores so that the GPUs never wait behind Lucene (local_threads). A cluster job
 # keeps the config's threads and the devices its scheduler gave it. --report and --lint run no job
-# and give no --cores: nothing here applies.
+# and give no --cores, and a cluster's executor gives --jobs (nodes): nothing here applies. The first
+# line says where the GPU jobs run.
 try:
     CORES = workflow.cores
 except WorkflowError:
     CORES = None
 LOCAL_GPUS = 0
 os.environ.pop(POOL_VAR, None)  # only a run on this machine hands its jobs a pool
-if CORES and workflow.local_exec and not workflow.remote_exec:
+HOST_FLOOR_GIB = load_throughputs()["host"]["gpu_job_floor_gib"]
+
+
+def stop_before_any_job(message):
+    """Stop the run in one line; a dry run prints it and still plans (the DAG of a GPU config, on a laptop)."""
+    if not workflow.output_settings.dryrun:  # known while this file is read, unlike workflow.dryrun
+        raise WorkflowError(message)
+    logger.error(message)
+
+
+if CORES and workflow.local_exec and not workflow.remote_exec and workflow.nodes is None:
     TORCH = torch_build()
-    DEVICE_IDS = visible_device_ids() if gpu_count() else []
+    DEVICE_IDS = visible_device_ids()
     _cuda = f"CUDA {TORCH['cuda']}" if TORCH.get("cuda") else "no CUDA"
-    logger.info(f"torch {TORCH.get('version')} ({_cuda}); GPUs: {','.join(DEVICE_IDS) or 'none'}"
-                + ("" if gpu_count() else " used (device: cpu)"))
+    _torch = f"torch {TORCH.get('version')} ({_cuda})"
+    if not gpu_count():  # device: cpu or gpus_per_job: 0
+        _why = "device: cpu" if torch_device() == "cpu" else "gpus_per_job: 0"
+        logger.info(f"{_torch}; GPUs: none used ({_why}): GPU jobs (train, encode) run on the CPU")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # else each job's torch would take GPU 0, as many at once as run
+        DEVICE_IDS = []
+    elif not DEVICE_IDS:
+        if not torch_device().startswith("cuda"):
+            logger.info(f"{_torch}; GPUs: none: GPU jobs (train, encode) run on the CPU (device: {torch_device()})")
+        else:
+            logger.info(f"{_torch}; GPUs: none")
+            stop_before_any_job(
+                f"device: {torch_device()}, but this machine shows no GPU (CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)') or '(empty)'}, no /dev/nvidiaN this user can "
+                "open): run where GPUs are visible (docker run --gpus all, a SLURM GPU allocation, "
+                "CUDA_VISIBLE_DEVICES unset), or set `device: auto` in the config to run on the CPU")
+    elif not TORCH.get("cuda") and os.environ.get(CPU_TORCH_VAR) != "1":
+        if torch_device() == "auto":  # a CPU install (make demo) on a GPU machine runs as on a laptop
+            logger.warning(f"{_torch}; GPUs: {','.join(DEVICE_IDS)}, unused: GPU jobs (train, encode) run on the CPU "
+                           "(device: auto with a CPU torch; `make install TORCH=cuda` runs them on the GPUs)")
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+            DEVICE_IDS = []
+        else:
+            logger.info(f"{_torch}; GPUs: {','.join(DEVICE_IDS)}")
+            raise WorkflowError(f"this machine shows {len(DEVICE_IDS)} GPU(s) but torch {TORCH.get('version')} "
+                                f"has no CUDA, and the config says device: {torch_device()}: `make install "
+                                "TORCH=cuda` installs the CUDA build; `device: cpu` in the config runs on the CPU")
+    else:
+        logger.info(f"{_torch}; GPUs: {','.join(DEVICE_IDS)}: GPU jobs (train, encode) run on them")
     if DEVICE_IDS and "CUDA_VISIBLE_DEVICES" not in os.environ and wsl_gpu():
         logger.warning("WSL2 shows no /dev/nvidiaN to count GPUs by: GPU jobs run one at a time on CUDA's GPU 0; "
                        "CUDA_VISIBLE_DEVICES=0,1 (the ids of `nvidia-smi -L`) runs one on each GPU named")
     if DEVICE_IDS:
         if not TORCH.get("cuda"):
-            if os.environ.get(CPU_TORCH_VAR) != "1":
-                raise WorkflowError(f"this machine shows {len(DEVICE_IDS)} GPU(s) but torch {TORCH.get('version')} "
-                                    "has no CUDA, so every model job would run on the CPU: `make install TORCH=cuda` "
-                                    "installs the CUDA build; `device: cpu` in the config runs on the CPU")
             logger.warning(f"{CPU_TORCH_VAR}=1: GPU jobs claim GPUs of their own but run on the CPU")
         if torch_device().startswith("cuda:"):
-            raise WorkflowError(f"device: {torch_device()} puts every GPU job on one GPU: use device: auto (each job "
+            raise WorkflowError(f"device: {torch_device()} puts every GPU job on one GPU: use device: cuda (each job "
                                 "gets GPUs of its own), and CUDA_VISIBLE_DEVICES to choose which GPUs the run uses")
+        # nvidia-smi's and the container runtime's numbers are in PCI order; CUDA's own puts the fastest first
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         _asked = _resource("gpu")
         if _asked is not None and _asked > len(DEVICE_IDS):
             logger.warning(f"--resources gpu={_asked}, but this machine shows {len(DEVICE_IDS)} GPU(s): "
@@ -224,9 +263,17 @@ if CORES and workflow.local_exec and not workflow.remote_exec:
             if _spec.get("train_gpus", 0) > len(POOL):
                 raise WorkflowError(f"backbones.{_backbone}.train_gpus: {_spec['train_gpus']}, but this run has "
                                     f"{len(POOL)} GPU(s) ({','.join(POOL)}): lower it or give the run more GPUs")
-        os.environ[POOL_VAR] = json.dumps({"ids": POOL, "claims": str(Path(".snakemake/gpu-claims").resolve())})
+        try:
+            check_claims_folder(claims_folder())
+        except RuntimeError as exc:
+            raise WorkflowError(str(exc))
+        os.environ[POOL_VAR] = json.dumps({"ids": POOL, "claims": str(claims_folder())})
     if gpu_count():
         LOCAL_GPUS = int(_resource("gpu") or 0)
+    if _resource("mem_mb") is None:  # else Snakemake starts jobs whatever memory they declare
+        workflow.register_resource("mem_mb", host_memory_mb())
+        logger.info(f"memory: mem_mb={_resource('mem_mb')} (this machine's, or its cgroup's limit; "
+                    "--resources mem_mb=N gives another)")
 THREADS = local_threads(config, CORES or 0, LOCAL_GPUS)
 # Larger models' trainings first, then smaller models' encodes first, all above the CPU jobs
 # (train_job_priorities, gpu_job_priorities).
@@ -234,7 +281,8 @@ GPU_JOB_PRIORITY = gpu_job_priorities({**config["backbones"], **config["publishe
 TRAIN_JOB_PRIORITY = train_job_priorities({**config["backbones"], **config["published_models"]})
 if LOCAL_GPUS:
     logger.info(f"GPU jobs: at most {LOCAL_GPUS} at once (gpu={LOCAL_GPUS})"
-                + (f", each on GPUs of its own of {','.join(POOL)}" if POOL_VAR in os.environ else "")
+                + (f", each on GPUs of its own of {','.join(POOL)} (claims in {claims_folder()})"
+                   if POOL_VAR in os.environ else "")
                 + f"; threads on {CORES} cores: train {THREADS['train']}, encode {THREADS['encode']}, "
                 f"index and search {THREADS['lucene']}")
     try:  # the bill's index and search core-hours per GPU-hour (make plan)
@@ -272,6 +320,26 @@ def corpus_part_paths(w):
 def train_gpus(backbone):
     """GPUs for one backbone's training: its explicit `train_gpus` (DDP when > 1), else gpu_count()."""
     return config["backbones"][backbone].get("train_gpus", gpu_count())
+
+
+def train_mem_mb(backbone):
+    """Host memory (MB) a training declares: the plan's estimate for its model (a model of unknown size
+    counts as the paper's largest, 1B parameters), once per DDP rank."""
+    parameters = estimated_parameters(config["backbones"][backbone])
+    gib = gpu_job_host_gib(1e9 if parameters == float("inf") else parameters, HOST_FLOOR_GIB)
+    return math.ceil(gib * 2**30 / 1e6) * max(1, train_gpus(backbone))
+
+
+# Snakemake runs a job that declares more memory than --resources mem_mb with that much instead, without a
+# word: a Lucene job's JVM heap shrinks with it (jvm_heap_mb). Said here, once, before any job.
+if _resource("mem_mb") is not None and CORES and workflow.nodes is None:
+    _declared = {**{f"train ({b})": train_mem_mb(b) for b in BACKBONES},
+                 **{r: mb for r, mb in MEM_MB.items() if r != "anserini_reference_index" and (MINED or r != "mine_negatives")}}
+    _short = {job: mb for job, mb in _declared.items() if mb > _resource("mem_mb")}
+    if _short:
+        logger.warning(f"mem_mb={_resource('mem_mb')} is below what {', '.join(f'{j} ({mb})' for j, mb in _short.items())} "
+                       f"declare: they run with {_resource('mem_mb')} MB, a Lucene job's JVM heap three quarters of it, "
+                       f"and may run out of memory; --resources mem_mb={max(_short.values())} or more keeps their figures")
 
 
 def variant_needs_norms(variant):

@@ -1,4 +1,5 @@
 from splade_rescale.data.corpora import dataset_files
+from splade_rescale.retrieval.lucene import MEM_MB
 from splade_rescale.rule_params import training_recipe, verdict_floors
 
 
@@ -11,6 +12,8 @@ rule mine_negatives:
     params:
         data=as_json(TRAIN_DATA),
     threads: 2
+    resources:
+        mem_mb=MEM_MB["mine_negatives"],
     log:
         res("logs/mine_negatives.log"),
     benchmark:
@@ -18,7 +21,8 @@ rule mine_negatives:
     conda:
         "../../envs/pipeline.yaml"
     shell:
-        "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --out {output} > {log} 2>&1"
+        "splade-rescale mine-negatives --data {params.data:q} --threads {threads} --mem-mb {resources.mem_mb} --out {output} "
+        "> {log} 2>&1"
 
 
 # results/{experiment}/models/{name}/published/ of a published model matches the training paths too.
@@ -51,6 +55,7 @@ rule train:
     priority: lambda w: TRAIN_JOB_PRIORITY[w.backbone]
     resources:
         gpu=lambda w: train_gpus(w.backbone),
+        mem_mb=lambda w: train_mem_mb(w.backbone),
     log:
         res("logs/train/{backbone}.{run}.log"),
     benchmark:

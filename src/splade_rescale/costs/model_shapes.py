@@ -76,6 +76,23 @@ def check_architectures(config: Mapping[str, Any], root: Path = Path(".")) -> No
                 check_architecture(f"{where}.{name} ({source})", json.loads(path.read_text()))
 
 
+def estimated_parameters(spec: Mapping[str, Any]) -> float:
+    """A model's parameters: its entry's ``shape``, else estimated from the config.json on this machine
+    (12 x layers x hidden^2 + vocab x hidden: no torch at parse time); inf where unknown."""
+    if spec.get("shape"):
+        return spec["shape"]["parameters"]
+    try:
+        if spec["source"] == "config":
+            s = spec["sizes"]
+            layers, hidden, vocab = s["layers"], s["hidden"], s["vocab_size"]
+        else:
+            c = json.loads(_config_file(spec, Path("."), offline=True).read_text())  # type: ignore[union-attr]
+            layers, hidden, vocab = c["num_hidden_layers"], c["hidden_size"], c["vocab_size"]
+    except (AttributeError, OSError, KeyError, ImportError, ValueError):
+        return float("inf")
+    return 12 * layers * hidden ** 2 + vocab * hidden
+
+
 def gpu_job_priorities(models: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     """Snakemake ``priority`` of each model's encode jobs: the smaller the model, the higher.
 
@@ -86,21 +103,7 @@ def gpu_job_priorities(models: Mapping[str, Mapping[str, Any]]) -> dict[str, int
     job waiting for the same cores. The size is the entry's ``shape``, else estimated from the
     config.json on this machine (12 x layers x hidden^2 + vocab x hidden: no torch at parse time);
     a model of unknown size ranks as the largest."""
-    def size(spec: Mapping[str, Any]) -> float:
-        if spec.get("shape"):
-            return spec["shape"]["parameters"]
-        try:
-            if spec["source"] == "config":
-                s = spec["sizes"]
-                layers, hidden, vocab = s["layers"], s["hidden"], s["vocab_size"]
-            else:
-                c = json.loads(_config_file(spec, Path("."), offline=True).read_text())  # type: ignore[union-attr]
-                layers, hidden, vocab = c["num_hidden_layers"], c["hidden_size"], c["vocab_size"]
-        except (AttributeError, OSError, KeyError, ImportError, ValueError):
-            return float("inf")
-        return 12 * layers * hidden ** 2 + vocab * hidden
-
-    sizes = {name: size(spec) for name, spec in models.items()}
+    sizes = {name: estimated_parameters(spec) for name, spec in models.items()}
     return {name: 1 + sum(other > sizes[name] for other in sizes.values()) for name in models}
 
 

@@ -207,6 +207,12 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
             "memory": peak_memory(config, shapes, corpus_sizes[largest].count, throughputs)}
 
 
+def gpu_job_host_gib(parameters: float, floor_gib: float, documents: int = 0) -> float:
+    """Host memory of a train or encode job (GiB): the floor (Python, torch, transformers), the model's fp32
+    weights loaded on the host, and ~90 B a document id of the corpus it encodes."""
+    return (floor_gib * GIB + 4 * parameters + 90 * documents) / GIB
+
+
 def peak_memory(config: Mapping[str, Any], shapes: Mapping[str, ModelShape], largest_corpus: int,
                 throughputs: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """Peak GiB per GPU job (the largest model) and on the host.
@@ -216,7 +222,7 @@ def peak_memory(config: Mapping[str, Any], shapes: Mapping[str, ModelShape], lar
     to the recipe's maxima + one fp32 vocabulary chunk of the fused head; 21.9 GiB at the measured
     ModernBERT-base step, measured 23.5. Encoding: fp32 weights + one layer's activations and one
     chunk for a batch. Host: the throughputs' floor + the model + ~90 B a document id."""
-    floor = throughputs["host"]["gpu_job_floor_gib"] * GIB
+    floor = throughputs["host"]["gpu_job_floor_gib"]
     enc = config["encoding"]
     out = {"train": {"gpu": 0.0, "host": 0.0}, "encode_corpus": {"gpu": 0.0, "host": 0.0}}
     for name, s in shapes.items():
@@ -224,13 +230,13 @@ def peak_memory(config: Mapping[str, Any], shapes: Mapping[str, ModelShape], lar
         out["encode_corpus"]["gpu"] = max(out["encode_corpus"]["gpu"], (4 * s.parameters + batch * (
             34 * s.hidden + 4 * 8192)) / GIB)
         out["encode_corpus"]["host"] = max(out["encode_corpus"]["host"],
-                                           (floor + 4 * s.parameters + 90 * largest_corpus) / GIB)
+                                           gpu_job_host_gib(s.parameters, floor, largest_corpus))
         for run in (r for b, r in models(config) if b == name and r != PUBLISHED_RUN):
             r = resolve_recipe(config, name, run)
             step = r["batch_size"] * (r["query_max_length"] + (1 + r["negatives_per_query"]) * r["doc_max_length"])
             gpu = 16 * s.parameters + step * (34 * s.hidden * s.layers + 4 * r["chunk_size"])
             out["train"]["gpu"] = max(out["train"]["gpu"], gpu / GIB)
-            out["train"]["host"] = max(out["train"]["host"], (floor + 4 * s.parameters) / GIB)
+            out["train"]["host"] = max(out["train"]["host"], gpu_job_host_gib(s.parameters, floor))
     out["encode_queries"] = out["encode_corpus"]
     for rule, mb in MEM_MB.items():  # what each Lucene job declares to Snakemake (mem_mb); its JVM heap follows it
         out[rule] = {"gpu": 0.0, "host": mb * 1e6 / GIB}

@@ -49,8 +49,9 @@ MAX_CLAUSES = 1 << 20  # > any vocabulary
 # documents' vectors in Python at a time. Searches: every query's k hits are held until written, about
 # 650 B a hit in all, Java and Python (docs/measurements.md): the paper's largest query set (Quora,
 # 10,000 queries at k = 1000) is 10M hits, 6.5 GB.
+# mine_negatives: a BM25 index of the training corpus and its queries' top hits (depth 100), as bm25_index.
 MEM_MB = {"impact_index": 4000, "anserini_reference_index": 8000, "bm25_index": 8000, "impact_retrieve": 8000,
-          "bm25_retrieve": 8000}
+          "bm25_retrieve": 8000, "mine_negatives": 8000}
 
 
 def jvm_heap_mb(mem_mb: int) -> int:

@@ -30,6 +30,7 @@ import os
 import random
 import shutil
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -89,6 +90,12 @@ def _validate(recipe: Mapping[str, Any], world: int) -> int:
 # ---------------------------------------------------------------------------- pieces
 
 
+# How long a rank waits in a collective before the job fails: a rank that died or hangs ends the job within
+# this, not after NCCL's or gloo's own default; far above a step, a checkpoint of the paper's largest model
+# (1B parameters with AdamW's moments, 16 GB) and the first step's compilation.
+DDP_TIMEOUT = timedelta(minutes=30)
+
+
 def _init_distributed(dev: torch.device) -> tuple[int, int, torch.device]:
     """(rank, world size, this rank's device); starts the process group under torchrun (WORLD_SIZE > 1).
 
@@ -99,7 +106,7 @@ def _init_distributed(dev: torch.device) -> tuple[int, int, torch.device]:
         dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(dev)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=DDP_TIMEOUT)
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size(), dev
     return 0, 1, dev
@@ -439,6 +446,8 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
                     "scheduler": scheduler.state_dict(), "rng": rng, "sparsity_series": series,
                     "fingerprint": fingerprint, "elapsed_s": last_row["elapsed_s"],
                     "log_csv": log_csv.read_bytes().decode()}, recipe["keep_checkpoints"])
+            if world > 1:  # the others wait for the save here, not in the next step's all-reduce
+                dist.barrier()
     bar.close()
     record = {"status": status, "reason": reason, "verdict": "non-finite loss or gradient" if reason else None,
               "collapse_step": collapse_step, "steps_done": step, "steps_planned": recipe["steps"],
