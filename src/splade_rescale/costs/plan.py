@@ -137,6 +137,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     of_dataset, corpus_specs = corpora(config["datasets"])
     corpus_sizes = {c: corpus_size(c, s, root, text) for c, s in corpus_specs.items()}
     reused = reused_documents(config, corpus_sizes, root)
+    copy_s = float(throughputs["reuse"]["copy_s_per_doc"])
     query_sizes = {d: query_size(d, s, root, text) for d, s in config["datasets"].items()}
     startup_h = float(throughputs["gpu"]["job_startup_s"]) / 3600
 
@@ -170,8 +171,9 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
                 "keep_checkpoints"]
         else:
             row["model_bytes"] = 4 * shape.parameters
-        row["encode_corpus_h"] = {c: encode_h(dataclasses.replace(s, count=s.count - reused.get(c, {}).get("docs", 0)),
-                                              encoding["doc_max_length"]) for c, s in corpus_sizes.items()}
+        row["encode_corpus_h"] = {c: encode_h(dataclasses.replace(s, count=s.count - reused[c]["docs"]),
+                                              encoding["doc_max_length"]) + s.count * copy_s / 3600 if c in reused
+                                  else encode_h(s, encoding["doc_max_length"]) for c, s in corpus_sizes.items()}
         row["query_gpu_h"] = startup_h + sum(encode_h(s, query_max_length(encoding, config["datasets"][d]))
                                              - startup_h for d, s in query_sizes.items())
         row["index_core_h"] = {c: s.count / lucene["impact_index_docs_per_s_per_thread"] / 3600
@@ -311,8 +313,9 @@ ASSUMPTIONS = (
     "Lucene: per-thread (core-second) figures; indexing documents per core-second; a search's core-seconds "
     "linear in the index's documents (lucene.search_s_per_query; queries over 64 tokens count as long).",
     "Declared reuse (datasets.*.vectors_from): a corpus's encode is billed for the documents its source lacks "
-    "(same id and text, counted from both corpora's digests, else assumed as the plan says); copying the others' "
-    "lines (one read of the source's shards, one merge) is not billed.",
+    "(same id and text, counted from both corpora's digests, else assumed as the plan says), and for the copy, "
+    "which holds its GPU: reuse.copy_s_per_doc a document of the corpus (one read of the source's shards, one "
+    "merge that reads every line's statistics).",
     "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
     "largest corpus's shards; the end = impact and BM25 indexes, models (init + final + kept checkpoints "
     "with AdamW state at 12 B a parameter), backbones, query vectors and runs. The Hugging Face and "
