@@ -49,7 +49,7 @@ def test_every_snakemake_command_of_the_docs_dry_runs(tmp_path: Path) -> None:
                                                                               f"{output[-3000:]}"
                 counts = job_counts(proc.stdout)
                 if words[1] == "data":
-                    assert set(counts) == {"prepare_corpus", "corpus_digests", "prepare_queries",
+                    assert set(counts) == {"prepare_corpus", "corpus_digests", "vectors_overlap", "prepare_queries",
                                            "prepare_training_source", "prepare_training_data", "data", "total"}, counts
                 ran += 1
     assert ran >= 8
