@@ -227,3 +227,12 @@ def test_the_plan_bills_a_declaring_corpus_for_the_documents_its_source_lacks(tm
         assert m["encode_corpus_h"][first] == p["encode_corpus_h"][first]
         saved = p["encode_corpus_h"][second] - m["encode_corpus_h"][second]
         assert saved == pytest.approx(100 * (p["encode_corpus_h"][second] - startup_h) / n[second] - copy_h)
+
+
+def test_a_declaration_changes_no_query_or_search_params() -> None:
+    """Only the corpus's encode reads `vectors_from`: its queries, searches and evaluations rerun for nothing."""
+    from splade_rescale.data.corpora import corpus_spec, query_spec
+
+    spec = {"source": "beir_local", "path": "data/b", "split": "test", "metrics": "beir", "subset": {"seed": 1}}
+    declared = {**spec, "vectors_from": "a"}
+    assert query_spec(declared) == query_spec(spec) and corpus_spec(declared) == corpus_spec(spec)

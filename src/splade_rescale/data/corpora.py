@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 # Keys of a dataset entry that change none of its data (documents, queries, qrels): how it is scored,
 # encoded or described.
-NOT_DATA = ("metrics", "note", "exclude_self", "query_max_length")
+NOT_DATA = ("metrics", "note", "exclude_self", "query_max_length", "vectors_from")
 
 
 def docs_store(ds_id: str) -> str:
