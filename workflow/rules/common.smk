@@ -133,6 +133,13 @@ def reused_vectors(w):
             "digests": corpus_digests(w.corpus), "source_digests": corpus_digests(source)}
 
 
+def reuse_args(w, input):
+    """encode-corpus's arguments for a corpus that declares a source of vectors (reused_vectors)."""
+    if w.corpus not in VECTORS_FROM:
+        return ""
+    return f"--vectors-from {input.vectors_from} --digests {input.digests} --source-digests {input.source_digests}"
+
+
 wildcard_constraints:
     backbone="[A-Za-z0-9_.-]+",
     published="|".join(map(re.escape, PUBLISHED_MODELS)) or "(?!)",

@@ -7,15 +7,6 @@ ENCODE_CORPUS_INPUT = dict(
     prepared=prepared_corpus("{corpus}"),  # data.smk: the corpus local, its document count
     settings=lambda w: settings(f"corpus-encoding.{w.backbone}"),
 )
-
-
-def reuse_args(w, input):
-    """encode-corpus's arguments for a corpus that declares a source of vectors (common.smk: reused_vectors)."""
-    if w.corpus not in VECTORS_FROM:
-        return ""
-    return f"--vectors-from {input.vectors_from} --digests {input.digests} --source-digests {input.source_digests}"
-
-
 ENCODE_CORPUS_CMD = (
     "splade-rescale encode-corpus --model {input.model} --training-manifest {input.manifest} "
     "--name {wildcards.corpus} --corpus {params.corpus:q} --prepared {input.prepared} --encoding {params.encoding:q} "
