@@ -236,3 +236,26 @@ def test_a_declaration_changes_no_query_or_search_params() -> None:
     spec = {"source": "beir_local", "path": "data/b", "split": "test", "metrics": "beir", "subset": {"seed": 1}}
     declared = {**spec, "vectors_from": "a"}
     assert query_spec(declared) == query_spec(spec) and corpus_spec(declared) == corpus_spec(spec)
+
+
+def test_a_source_encoded_again_is_copied_again_and_nothing_is_encoded_again(
+        encoder, corpora: dict, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed in the merge, then the source's encode run again (a new record): the rerun copies the source's
+    lines again, and still encodes no document again (those are keyed by themselves, not by the source)."""
+    out, merge, record = tmp_path / "corpora" / "b", reuse._merge, reuse._stats_path(source)
+
+    def killed(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reuse, "_merge", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _encode(encoder, corpora, "b", out, source)
+    monkeypatch.setattr(reuse, "_merge", merge)
+    kept = record.read_text()
+    try:
+        record.write_text(json.dumps({**json.loads(kept), "seconds": -1.0}))
+        counts = _counted(monkeypatch, encoder[1])
+        stats = _encode(encoder, corpora, "b", out, source)
+    finally:
+        record.write_text(kept)
+    assert sum(counts) == 0 and (stats["reused_docs"], stats["n_docs"]) == (20, 41)

@@ -157,11 +157,13 @@ def encode_reusing(reuse: Reuse, plan: Plan, docs: Iterable[tuple[str, str]], ou
     ``key``: what the vectors depend on (model, lengths, precision...): a change starts the work folder again."""
     t0 = time.perf_counter()
     work = out_dir.with_name(f".{out_dir.name}.reuse")
+    # the documents encoded here are keyed by themselves, the copied lines by the source's encode too
     tag = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode() + plan.digests.tobytes()
-                         + _stats_path(reuse.source).read_bytes()).hexdigest()
+                         + np.packbits(plan.lines < 0).tobytes()).hexdigest()
+    copied = hashlib.sha256(tag.encode() + _stats_path(reuse.source).read_bytes()).hexdigest()
     own_n = int((plan.lines < 0).sum())
     try:
-        _spill(reuse.source, plan.lines, work / "spill", tag)
+        _spill(reuse.source, plan.lines, work / "spill", copied)
         done = work / "own.json"
         own: dict[str, Any] = {}
         if own_n and done.is_file() and (kept := json.loads(done.read_text()))["tag"] == tag:
