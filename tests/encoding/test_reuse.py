@@ -22,7 +22,10 @@ from splade_rescale.data.prepare import write_corpus_digests
 from splade_rescale.digests import doc_digest
 from splade_rescale.encoding import corpus as encode
 from splade_rescale.encoding import reuse, shard_folder
+from splade_rescale.encoding.corpus import CorpusSource
+from splade_rescale.encoding.parts import join_parts
 from splade_rescale.encoding.reuse import Reuse, declared_sources, write_overlap
+from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.errors import ConfigError
 from support.training import save_tiny_bert
 from support.workflow import snakemake
@@ -66,9 +69,15 @@ def source(encoder, corpora: dict, tmp_path_factory: pytest.TempPathFactory) -> 
 def _encode(encoder, corpora: dict, name: str, out: Path, source: Path | None = None, **kw) -> dict:
     model, enc = encoder
     declared = Reuse(corpora[name]["digests"], source, corpora["a"]["digests"]) if source else None
-    return encode.encode_corpus(model, corpora[name]["spec"], out, MAXLEN, 4, name=name, encoder=enc,
-                                precision="fp32", shard_size=16, total=len(corpora[name]["docs"]), reuse=declared,
-                                **kw)
+    return encode.encode_corpus(
+        enc,
+        model,
+        CorpusSource(name, corpora[name]["spec"], ".", len(corpora[name]["docs"])),
+        out,
+        EncodeSettings(MAXLEN, batch_size=4, shard_size=16),
+        reuse=declared,
+        **kw,
+    )
 
 
 def _shards(collection: Path) -> list[bytes]:
@@ -85,6 +94,7 @@ def _counted(monkeypatch: pytest.MonkeyPatch, enc) -> list[int]:
             for batch in batches:
                 counts.append(len(batch))
                 yield batch
+
         return real(each(), *args, **kw)
 
     monkeypatch.setattr(enc, "encode_sparse", counting)
@@ -92,7 +102,8 @@ def _counted(monkeypatch: pytest.MonkeyPatch, enc) -> list[int]:
 
 
 def test_a_declared_corpus_copies_what_its_source_holds_and_writes_a_plain_encodes_collection(
-        encoder, corpora: dict, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    encoder, corpora: dict, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plain = _encode(encoder, corpora, "b", tmp_path / "plain" / "b")
     monkeypatch.setattr(reuse, "SPILL_DOCS", 7)  # several spill windows, cut across shards
     counts = _counted(monkeypatch, encoder[1])
@@ -107,20 +118,21 @@ def test_a_declared_corpus_copies_what_its_source_holds_and_writes_a_plain_encod
     assert sorted(p.name for p in (tmp_path / "declared").iterdir()) == ["b", "b.stats.json"]  # no work folder left
 
 
-def test_parts_of_a_declared_corpus_join_into_a_plain_encodes_collection(encoder, corpora: dict, source: Path,
-                                                                         tmp_path: Path) -> None:
+def test_parts_of_a_declared_corpus_join_into_a_plain_encodes_collection(
+    encoder, corpora: dict, source: Path, tmp_path: Path
+) -> None:
     plain = _encode(encoder, corpora, "b", tmp_path / "plain" / "b")
-    parts = [tmp_path / f"b.parts/{p}-of-2" for p in range(2)]
-    stats = [_encode(encoder, corpora, "b", out, source, part=p, parts=2) for p, out in enumerate(parts)]
+    folders = [tmp_path / f"b.parts/{p}-of-2" for p in range(2)]
+    stats = [_encode(encoder, corpora, "b", out, source, part=p, parts=2) for p, out in enumerate(folders)]
     assert [s.get("reused_docs", 0) for s in stats] == [20, 0]  # part 1 holds none of a's: a plain encode
-    joined = parts.join_parts(parts, tmp_path / "b")
+    joined = join_parts(folders, tmp_path / "b")
     assert joined["reused_docs"] == 20 and {k: joined[k] for k in SAME} == {k: plain[k] for k in SAME}
     assert b"".join(_shards(tmp_path / "b")) == b"".join(_shards(tmp_path / "plain" / "b"))
 
 
-def test_a_killed_job_keeps_its_finished_work_and_leaves_no_litter(encoder, corpora: dict, source: Path,
-                                                                   tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_killed_job_keeps_its_finished_work_and_leaves_no_litter(
+    encoder, corpora: dict, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Killed in the merge: the rerun copies nothing from the source again and encodes no document again."""
     out = tmp_path / "corpora" / "b"
     merge = reuse._merge
@@ -133,8 +145,13 @@ def test_a_killed_job_keeps_its_finished_work_and_leaves_no_litter(encoder, corp
         _encode(encoder, corpora, "b", out, source)
     assert (out.parent / ".b.reuse" / "spill" / "done").is_file()
     monkeypatch.setattr(reuse, "_merge", merge)
-    monkeypatch.setattr(reuse, "_lines", lambda folder, real=reuse._lines: real(folder) if folder != source
-                        else pytest.fail("the source was read again"))
+    monkeypatch.setattr(
+        reuse,
+        "_lines",
+        lambda folder, real=reuse._lines: (
+            real(folder) if folder != source else pytest.fail("the source was read again")
+        ),
+    )
     counts = _counted(monkeypatch, encoder[1])
     stats = _encode(encoder, corpora, "b", out, source)
     assert sum(counts) == 0 and (stats["reused_docs"], stats["n_docs"]) == (20, 41)
@@ -151,26 +168,37 @@ def test_a_stale_digest_stops_the_encode_with_the_fix(encoder, corpora: dict, so
 
 
 def test_the_overlap_record_says_what_a_declaration_saves_and_warns_when_little(
-        corpora: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    corpora: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     record = write_overlap("b", corpora["b"]["digests"], "a", corpora["a"]["digests"], tmp_path / "b.json")
     assert (record["docs"], record["reused_docs"], "warning" in record) == (41, 20, False)
     few = tmp_path / "few.digests"
-    few.write_bytes(corpora["a"]["digests"].read_bytes()[:16 * 21])  # a's documents 0-20: one in b
+    few.write_bytes(corpora["a"]["digests"].read_bytes()[: 16 * 21])  # a's documents 0-20: one in b
     record = write_overlap("b", corpora["b"]["digests"], "a", few, tmp_path / "few.json")
     assert record["reused_docs"] == 1 and "saves little" in caplog.text and "remove its vectors_from" in caplog.text
     assert json.loads((tmp_path / "few.json").read_text()) == record
 
 
-@pytest.mark.parametrize("datasets, message", [
-    ({"b": {"vectors_from": "c"}}, "datasets.b.vectors_from = 'c' is not a dataset; fix: name one of: a"),
-    ({"b": {"vectors_from": "b"}}, "datasets.b.vectors_from = 'b' is this dataset, or one over its own corpus (b); "
-                                   "fix: remove the key"),
-    ({"a": {"vectors_from": "b"}, "b": {"vectors_from": "a"}},  # a cycle, and so a chain
-     "datasets.a.vectors_from = 'b' takes its own vectors from 'a'; fix: name the dataset that holds the vectors"),
-])
+@pytest.mark.parametrize(
+    "datasets, message",
+    [
+        ({"b": {"vectors_from": "c"}}, "datasets.b.vectors_from = 'c' is not a dataset; fix: name one of: a"),
+        (
+            {"b": {"vectors_from": "b"}},
+            "datasets.b.vectors_from = 'b' is this dataset, or one over its own corpus (b); fix: remove the key",
+        ),
+        (
+            {"a": {"vectors_from": "b"}, "b": {"vectors_from": "a"}},  # a cycle, and so a chain
+            "datasets.a.vectors_from = 'b' takes its own vectors from 'a'; "
+            "fix: name the dataset that holds the vectors",
+        ),
+    ],
+)
 def test_a_bad_declaration_is_one_line_naming_the_key_and_the_fix(datasets: dict, message: str) -> None:
-    base = {name: {"source": "beir_local", "path": f"data/{name}", "split": "test", "metrics": "beir"}
-            for name in ("a", "b")}
+    base = {
+        name: {"source": "beir_local", "path": f"data/{name}", "split": "test", "metrics": "beir"}
+        for name in ("a", "b")
+    }
     with pytest.raises(ConfigError) as exc:
         declared_sources({name: {**spec, **datasets.get(name, {})} for name, spec in base.items()})
     assert message in str(exc.value) and "\n" not in str(exc.value)
@@ -181,16 +209,24 @@ def test_the_dag_makes_a_declaring_corpus_wait_for_its_source_and_a_bad_declarat
     target = "results/paper/indexes/splade-pp-ed/published/beir-fever"
     proc = snakemake(target, "-n", "--forceall", "--cores", "8", "-p")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    fever = [job for job in proc.stdout.split("\n\n") if "output: results/paper/encoded/splade-pp-ed/published/"
-             "corpora/beir-fever" in job and "rule encode_corpus" in job]
-    assert fever and all("input: results/paper/encoded/splade-pp-ed/published/corpora/beir-climate-fever," in job
-                         and "--vectors-from results/paper/encoded/splade-pp-ed/published/corpora/beir-climate-fever"
-                         in job for job in fever)
-    assert "output: results/paper/data/corpora/beir-fever.overlap.json" in snakemake(
-        "data", "-n", "--cores", "8").stdout
+    fever = [
+        job
+        for job in proc.stdout.split("\n\n")
+        if "output: results/paper/encoded/splade-pp-ed/published/corpora/beir-fever" in job
+        and "rule encode_corpus" in job
+    ]
+    assert fever and all(
+        "input: results/paper/encoded/splade-pp-ed/published/corpora/beir-climate-fever," in job
+        and "--vectors-from results/paper/encoded/splade-pp-ed/published/corpora/beir-climate-fever" in job
+        for job in fever
+    )
+    assert (
+        "output: results/paper/data/corpora/beir-fever.overlap.json" in snakemake("data", "-n", "--cores", "8").stdout
+    )
     bad = tmp_path / "bad.yaml"
-    bad.write_text((REPO / "config/config.yaml").read_text().replace("vectors_from: climate-fever",
-                                                                     "vectors_from: climate"))
+    bad.write_text(
+        (REPO / "config/config.yaml").read_text().replace("vectors_from: climate-fever", "vectors_from: climate")
+    )
     proc = snakemake("all", "-n", "--cores", "1", "--configfile", str(bad))
     assert proc.returncode != 0
     assert "datasets.fever.vectors_from = 'climate' is not a dataset" in proc.stdout + proc.stderr
@@ -207,8 +243,12 @@ def test_the_plan_bills_a_declaring_corpus_for_the_documents_its_source_lacks(tm
     first, second = plain["corpora"]
     of_dataset = corpora_of(config["datasets"])[0]
     source = next(d for d, c in of_dataset.items() if c == first)
-    declared = {**config, "datasets": {d: {**s, "vectors_from": source} if of_dataset[d] == second else s
-                                       for d, s in config["datasets"].items()}}
+    declared = {
+        **config,
+        "datasets": {
+            d: {**s, "vectors_from": source} if of_dataset[d] == second else s for d, s in config["datasets"].items()
+        },
+    }
     assumed = build_plan(declared, load_throughputs(), tmp_path)
     n = {c: plain["corpora"][c]["count"] for c in (first, second)}
     assert assumed["reused"][second]["docs"] == min(n.values()) and "ASSUMED" in assumed["reused"][second]["how"]
@@ -216,8 +256,9 @@ def test_the_plan_bills_a_declaring_corpus_for_the_documents_its_source_lacks(tm
     folder.mkdir(parents=True)
     own = [doc_digest(str(i), "text") for i in range(n[first])]
     (folder / f"{first}.digests").write_bytes(b"".join(own))
-    (folder / f"{second}.digests").write_bytes(b"".join(own[:100] + [doc_digest(str(i), "other")
-                                                                     for i in range(n[second] - 100)]))
+    (folder / f"{second}.digests").write_bytes(
+        b"".join(own[:100] + [doc_digest(str(i), "other") for i in range(n[second] - 100)])
+    )
     measured = build_plan(declared, load_throughputs(), tmp_path)
     assert measured["reused"][second] == {"source": first, "docs": 100, "how": "measured from the digests"}
     assert measured["totals"]["reused_docs_per_model"] == 100
