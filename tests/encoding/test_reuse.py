@@ -262,6 +262,10 @@ def test_the_plan_bills_a_declaring_corpus_for_the_documents_its_source_lacks(tm
     measured = build_plan(declared, load_throughputs(), tmp_path)
     assert measured["reused"][second] == {"source": first, "docs": 100, "how": "measured from the digests"}
     assert measured["totals"]["reused_docs_per_model"] == 100
+    throughputs = load_throughputs()
+    held = (n[first] + n[second]) * throughputs["disk"]["shard_bytes_per_doc"] + 100 * throughputs["reuse"][
+        "spill_bytes_per_doc"]  # while the declaring corpus encodes: both corpora's shards and its spill
+    assert measured["totals"]["peak_bytes"] >= measured["totals"]["final_bytes"] + held
     startup_h = load_throughputs()["gpu"]["job_startup_s"] / 3600
     copy_h = n[second] * load_throughputs()["reuse"]["copy_s_per_doc"] / 3600  # the copy holds the GPU
     for p, m in zip(plain["models"], measured["models"]):

@@ -196,12 +196,16 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
     final = (sum(r["index_bytes"] + r["model_bytes"] + r["other_bytes"] for r in rows)
              + bm25["bytes"] + backbones)
     largest = max(corpus_sizes, key=lambda c: corpus_sizes[c].count)
+    shards = {largest: corpus_sizes[largest].count * disk["shard_bytes_per_doc"]}  # temporary bytes at once
+    shards.update({c: (corpus_sizes[c].count + corpus_sizes[r["source"]].count) * disk["shard_bytes_per_doc"]
+                   + r["docs"] * throughputs["reuse"]["spill_bytes_per_doc"] for c, r in reused.items()})
+    largest = max(shards, key=shards.get)
     totals = {"train_gpu_h": sum(r["train_gpu_h"] for r in rows), "encode_gpu_h": sum(r["encode_gpu_h"] for r in rows),
               "index_core_h": sum(sum(r["index_core_h"].values()) for r in rows) + sum(bm25["index_core_h"].values()),
               "retrieve_core_h": sum(sum(r["retrieve_core_h"].values()) for r in rows)
               + sum(bm25["retrieve_core_h"].values()),
               "reused_docs_per_model": sum(r["docs"] for r in reused.values()),
-              "final_bytes": final, "peak_bytes": final + corpus_sizes[largest].count * disk["shard_bytes_per_doc"]}
+              "final_bytes": final, "peak_bytes": final + shards[largest]}
     return {"config": config["experiment"], "models": rows, "bm25": bm25, "totals": totals, "largest_corpus": largest,
             "reused": reused,
             "corpora": {c: dataclasses.asdict(s) for c, s in corpus_sizes.items()},
@@ -276,7 +280,8 @@ def render_bill(plan: Mapping[str, Any], jobs: Mapping[str, int], configfile: st
              f"| CPU core-hours, indexing (impact + BM25) | {_h(t['index_core_h'])} |",
              f"| CPU core-hours, retrieval | {_h(t['retrieve_core_h'])} |",
              f"| disk at the end (GB) | {t['final_bytes'] / 1e9:,.1f} |",
-             f"| peak disk (GB): the end + one set of shards of {plan['largest_corpus']} | "
+             f"| peak disk (GB): the end + the shards of {plan['largest_corpus']}"
+             + (" (and its source's, and its spill)" if plan["largest_corpus"] in plan["reused"] else "") + " | "
              f"{t['peak_bytes'] / 1e9:,.1f} |",
              f"| Snakemake jobs | {sum(jobs.values())} |", "",
              "| model | run | type | parameters (M) | train GPU-h | encode GPU-h | index core-h | retrieve core-h |",
@@ -317,8 +322,10 @@ ASSUMPTIONS = (
     "which holds its GPU: reuse.copy_s_per_doc a document of the corpus (one read of the source's shards, one "
     "merge that reads every line's statistics).",
     "Disk: shards are temporary (deleted once their corpus's impact index exists): peak = the end + the "
-    "largest corpus's shards; the end = impact and BM25 indexes, models (init + final + kept checkpoints "
-    "with AdamW state at 12 B a parameter), backbones, query vectors and runs. The Hugging Face and "
+    "largest corpus's shards, or a declaring corpus's with its source's (kept until it is encoded) and its spill "
+    "(reuse.spill_bytes_per_doc a copied document), whichever is more; the end = impact and BM25 indexes, "
+    "models (init + final + kept checkpoints with AdamW state at 12 B a parameter), backbones, query vectors "
+    "and runs. The Hugging Face and "
     "ir_datasets caches are not counted.",
     "Memory: see splade_rescale.costs.plan.peak_memory; a Lucene job what it declares (mem_mb: "
     "splade_rescale.retrieval.lucene.MEM_MB), its JVM heap three quarters of it; any other job host.gpu_job_floor_gib. "
