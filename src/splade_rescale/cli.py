@@ -399,7 +399,7 @@ def encode_queries_cmd(args: argparse.Namespace) -> None:
             write_json(stats_path_for(args.out_dir / f"{name}.jsonl"), record)
         return
     encode_query_sets(_encoder(args), args.model, args.query_sets, args.out_dir,
-                      _settings(args, args.encoding["query_max_length"]))
+                      _settings(args, max(qs["max_length"] for qs in args.query_sets.values())))
 
 
 def jvm_args(p: argparse.ArgumentParser) -> None:

@@ -135,7 +135,7 @@ class Stub:
         return list(texts)
 
     def encode_sparse(self, batches, quantization, max_active_dims=None):
-        for texts in batches:
+        for texts in (b.ids for b in batches):
             rows = [
                 np.unique(np.frombuffer(t.encode()[:40].ljust(40, b"x"), dtype=np.uint8)).astype(np.int32)
                 for t in texts
@@ -164,6 +164,8 @@ import sys, time
 import torch
 torch.set_num_threads({threads})  # the same threads as the uninterrupted run: the same float sums
 from splade_rescale.encoding import corpus as encode
+from splade_rescale.encoding.corpus import CorpusSource
+from splade_rescale.encoding.settings import EncodeSettings
 SPEC, MAXLEN = {spec!r}, {maxlen!r}
 
 class Slow:
@@ -172,12 +174,15 @@ class Slow:
     def tokenize(self, texts, max_length):
         return self.enc.tokenize(texts, max_length)
     def encode_sparse(self, batches, q, k=None):
-        for ids in batches:
+        for batch in batches:
             time.sleep(0.15)
-            yield from self.enc.encode_sparse([ids], q, k)
+            yield from self.enc.encode_sparse([batch], q, k)
+    @property
+    def device(self):
+        return self.enc.device
 
-encode.encode_corpus({model!r}, SPEC, {out!r}, MAXLEN, batch_size=2, shard_size=3, precision="fp32",
-                     encoder=Slow(), chunk_size=3)
+encode.encode_corpus(Slow(), {model!r}, CorpusSource("corpus", SPEC), {out!r},
+                     EncodeSettings(MAXLEN, batch_size=2, chunk_size=3, shard_size=3))
 """
 
 
@@ -221,7 +226,7 @@ def test_killed_encode_resumes_at_its_last_finished_shard(minilm: Path, tmp_path
 
         def encode_sparse(self, batches, q, k=None):
             for ids in batches:
-                Counting.calls += len(ids)
+                Counting.calls += len(ids.ids)
                 yield from enc.encode_sparse([ids], q, k)
 
     with caplog.at_level("INFO", logger="splade_rescale.encoding.corpus"):

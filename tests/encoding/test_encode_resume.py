@@ -4,8 +4,9 @@ Each test interrupts the real ``encode_corpus`` (a tiny BERT saved to disk, the 
 through ``model_fingerprint``) after some finished shards, changes something, reruns, and
 compares with an uninterrupted run under the new settings:
 
-* another effective precision (``auto`` on a node with AMX is bf16) or batch size starts again,
-  with one log line naming what differs, and the result equals the uninterrupted run byte for byte;
+* another effective precision (``auto`` on a node with AMX is bf16) starts again, with one log line
+  naming what differs, and the result equals the uninterrupted run byte for byte; another batch size
+  resumes (a document's vector depends on the document alone) and equals it too;
 * retrained weights (same size, same modification times) start again; a copy of the same model resumes;
 * a local corpus edited in place (same ids and count) starts again;
 * a "too dense" verdict reached on resume removes the work folder, and the verdict is judged on
@@ -15,13 +16,13 @@ compares with an uninterrupted run under the new settings:
 
 from __future__ import annotations
 
-import functools
 import gzip
 import itertools
 import json
 import logging
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ from support.training import save_tiny_bert
 
 SPEC = {"source": "beir_local", "path": str(REPO / "resources" / "demo" / "scifact"), "split": "test",
         "metrics": "beir", "subset": {"max_queries": 8, "max_judged_per_query": 2, "extra_docs": 17, "seed": 3}}
-MAXLEN, SHARD, WINDOW = 48, 3, 6  # 25 documents in 9 shards of 3, batched in windows of 6: three batches of two
+MAXLEN, SHARD, CHUNK = 48, 3, 6  # 25 documents in 9 shards of 3, tokenised 6 at a time
 LOGGER = "splade_rescale.encoding.shard_folder"
 
 
@@ -47,44 +48,31 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _encode(model: Path, out: Path, *, amx: bool = False, batch_size: int = 2, interrupt_after: int | None = None,
-            spec: dict = SPEC, **kwargs) -> dict:
+            spec: dict = SPEC, files_sha256: dict | None = None, **settings) -> dict:
     """``encode_corpus`` as the CLI calls it (configured precision ``auto``) on a CPU with or without
     AMX; ``interrupt_after``: the encoder fails after that many batches, as a killed job stops."""
-    kwargs.setdefault("chunk_size", WINDOW)
+    settings = EncodeSettings(MAXLEN, batch_size=batch_size, shard_size=SHARD, **{"chunk_size": CHUNK, **settings})
+    source = CorpusSource("corpus", spec, ".", None, files_sha256)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(splade, "cpu_has_amx", lambda: amx)
         enc = encode.load_encoder(model, device="cpu", precision="auto")
-        if interrupt_after is not None:
-            real, calls = enc.encode_sparse, itertools.count()
+        if interrupt_after is None:
+            return encode.encode_corpus(enc, model, source, out, settings)
+        real, calls = enc.encode_sparse, itertools.count()
 
-            def failing(batches, *args, **kw):
-                def counted():
-                    for batch in batches:
-                        if next(calls) >= interrupt_after:
-                            raise RuntimeError("interrupted")
-                        yield batch
-                return real(counted(), *args, **kw)
+        def failing(batches, *args, **kw):
+            def counted():
+                for batch in batches:
+                    if next(calls) >= interrupt_after:
+                        raise RuntimeError("interrupted")
+                    yield batch
+            return real(counted(), *args, **kw)
 
-            enc.encode_sparse = failing
-            with pytest.raises(RuntimeError, match="interrupted"):
-                encode.encode_corpus(
-                    enc,
-                    model,
-                    CorpusSource("corpus", spec),
-                    out,
-                    EncodeSettings(MAXLEN, batch_size=batch_size, shard_size=SHARD),
-                    **kwargs,
-                )
-            assert len(list((shard_folder.work_folder(out) / "records").glob("*.json"))) >= 2
-            return {}
-        return encode.encode_corpus(
-            enc,
-            model,
-            CorpusSource("corpus", spec),
-            out,
-            EncodeSettings(MAXLEN, batch_size=batch_size, shard_size=SHARD),
-            **kwargs,
-        )
+        enc.encode_sparse = failing
+        with pytest.raises(RuntimeError, match="interrupted"):
+            encode.encode_corpus(enc, model, source, out, settings)
+        assert len(list((shard_folder.work_folder(out) / "records").glob("*.json"))) >= 2
+        return {}
 
 
 def _shards(folder: Path) -> dict[str, bytes]:
@@ -95,11 +83,20 @@ def _restarts(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "starting again" in r.getMessage()]
 
 
-@pytest.mark.parametrize(
-    "after,differs",
-    [({"amx": True}, "precision=fp32; now bf16"), ({"batch_size": 3}, "batch_size=2; now 3")],
-    ids=["precision", "batch"],
-)
+def test_another_batch_size_resumes_and_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The batch size is a runtime setting (a user lowers it after an out-of-memory): the finished
+    shards are kept, and the result is the bytes of a run at either batch size."""
+    out = tmp_path / "c"
+    _encode(model_dir, out, interrupt_after=8)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        stats = _encode(model_dir, out, batch_size=3, chunk_size=4)
+    assert not _restarts(caplog) and stats["resumed_docs"] >= 6
+    _encode(model_dir, tmp_path / "straight")
+    assert _shards(out) == _shards(tmp_path / "straight")
+
+
+@pytest.mark.parametrize("after,differs", [({"amx": True}, "precision=fp32; now bf16")], ids=["precision"])
 def test_other_numerics_start_again_and_equal_an_uninterrupted_run(
     model_dir: Path, tmp_path: Path, after: dict, differs: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -198,7 +195,9 @@ def test_a_local_corpus_edited_in_place_starts_again(
 @pytest.fixture()
 def sample_of_two(monkeypatch: pytest.MonkeyPatch) -> None:
     """The size guard judges the first two documents: fewer than a shard's three."""
-    monkeypatch.setattr(encode, "encode_docs", functools.partial(encode.encode_docs, size_sample=2))
+    real = encode.encode_docs
+    monkeypatch.setattr(encode, "encode_docs", lambda encoder, docs, out_dir, settings, *args, **kw: real(
+        encoder, docs, out_dir, replace(settings, size_sample=2), *args, **kw))
 
 
 def test_too_dense_on_resume_removes_the_work_folder(model_dir: Path, tmp_path: Path, sample_of_two) -> None:

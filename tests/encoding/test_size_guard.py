@@ -10,9 +10,9 @@ holds the same bytes per document against the documents of all the model's corpo
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,7 +41,7 @@ class Dense:
         return texts
 
     def encode_sparse(self, batches, quantization, max_active_dims=None):
-        for texts in batches:
+        for texts in (b.ids for b in batches):
             self.docs += len(texts)
             yield sparsify(torch.rand(len(texts), VOCAB) + 0.05, quantization)
 
@@ -54,12 +54,14 @@ def unbuilt_irds(monkeypatch: pytest.MonkeyPatch) -> None:
         docs_store=lambda: SimpleNamespace(),  # nothing to build ahead: preparation iterates the corpus
         docs_iter=lambda: (SimpleNamespace(doc_id=f"d{i}", text=f"document {i} text") for i in range(N_DOCS)))
     monkeypatch.setattr(datasets, "_irds", lambda ds_id: dataset)
-    monkeypatch.setattr(encode, "encode_docs", functools.partial(encode.encode_docs, size_sample=SAMPLE))
+    real = encode.encode_docs
+    monkeypatch.setattr(encode, "encode_docs", lambda encoder, docs, out_dir, settings, *args, **kw: real(
+        encoder, docs, out_dir, replace(settings, size_sample=SAMPLE), *args, **kw))
 
 
 def _encode_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, runtime: dict, *extra: str) -> Dense:
     stub = Dense()
-    monkeypatch.setattr(cli, "_encoder", lambda args: stub)
+    monkeypatch.setattr(cli, "_encoder", lambda args, texts=None: stub)
     encoding = {"head": "fused", "precision": "fp32", "doc_max_length": 16, "quantization": 100,
                 "max_active_dims": None}
     rc = cli.main(["encode-corpus", "--model", str(tmp_path), "--name", "fake", "--corpus", json.dumps(SPEC),

@@ -43,6 +43,7 @@ from splade_rescale.encoding.corpus import CorpusSource
 from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.encoding.skips import SKIPPED
 from splade_rescale.encoding.stream import Batching, encode_stream
+from splade_rescale.encoding.vector_lines import gzip_compressor
 from splade_rescale.model.splade import SpladeEncoder, cpu_has_amx
 from splade_rescale.retrieval import lucene
 from support.training import save_tiny_bert
@@ -125,6 +126,26 @@ def test_a_documents_vector_bytes_do_not_depend_on_how_it_is_encoded(precision: 
     for case, lines in cases.items():
         assert lines == plain, f"{case}: {sum(lines.get(k) != v for k, v in plain.items())} lines differ"
     assert "ran out of memory: batches of at most 4 texts" in caplog.text
+    for same_shards in ("b3", "budget", "t1", "filled", "oom"):  # the gzip bytes too, where the shards are alike
+        assert _files(tmp_path / same_shards) == _files(tmp_path / "plain"), same_shards
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_shards_gzip_bytes_do_not_depend_on_how_its_lines_arrive() -> None:
+    """The compressor's output depends on how its input is cut; the shards' stream cuts it alike."""
+    data = gzip.decompress(PASSAGES.read_bytes())[:3_000_000]
+    outs = set()
+    for seed in range(3):
+        stream, rng, i, out = gzip_compressor(), random.Random(seed), 0, b""
+        while i < len(data):
+            n = rng.randint(1, 200_000)
+            out += stream.compress(data[i:i + n])
+            i += n
+        outs.add(out + stream.flush())
+    assert len(outs) == 1 and gzip.decompress(outs.pop()) == data
 
 
 def test_queries_are_encoded_by_content(tmp_path: Path) -> None:

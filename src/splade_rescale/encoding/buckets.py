@@ -11,9 +11,9 @@ so that every batch of a bucket has one shape, until a GPU run shows that a row'
 depend on the batch size.
 
 Texts wait in their bucket until it holds a full batch; a text that has waited ``horizon`` texts
-sends its bucket's batch as it is, so memory stays bounded. On 28,606 real MS MARCO passages at
-256 tokens, buckets of 8 tokens pad 1.2% more tokens than batches sorted by token count
-(benchmarks/bench_buckets.py).
+sends its bucket's batch as it is, so memory stays bounded. Buckets of 8 tokens pad little more than
+batches sorted by token count (``benchmarks/bench_encode.py --padding``, figures in
+benchmarks/results/bench_encode-padding.json).
 """
 
 from __future__ import annotations

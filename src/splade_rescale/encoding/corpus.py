@@ -67,6 +67,31 @@ def _rows_between(batches: Batches, a: int, b: int) -> Batches:
     return out
 
 
+def _chunks(encoder: Encoder, docs: Iterator[tuple[str, str]], settings: EncodeSettings, sample: int
+            ) -> Iterator[tuple[list[tuple[str, str]], Batches]]:
+    """The encoded stream, its first ``sample`` documents as one chunk of their own (the size guard judges
+    them before the rest is encoded; a vector depends on its document alone, so the cut changes no byte)."""
+    def stream(items: Iterable[tuple[str, str]]) -> Iterator[tuple[list[tuple[str, str]], Batches]]:
+        return encode_stream(encoder, items, settings.max_length, settings.quantization, settings.max_active_dims,
+                             settings.batching)
+
+    if sample > 0:
+        head = list(itertools.islice(docs, sample))
+        if head:
+            chunks = list(stream(head))
+            yield [d for c, _ in chunks for d in c], _joined(chunks)
+    yield from stream(docs)
+
+
+def _joined(chunks: list[tuple[list[tuple[str, str]], Batches]]) -> Batches:
+    """Consecutive chunks' batches as one chunk's (positions renumbered)."""
+    out, offset = [], 0
+    for chunk, batches in chunks:
+        out += [(positions + offset, rows) for positions, rows in batches]
+        offset += len(chunk)
+    return out
+
+
 def _skip(docs: Iterator[tuple[str, str]], n: int) -> str | None:
     """Advance ``docs`` by ``n`` documents; the last id passed."""
     seen = None
@@ -127,13 +152,11 @@ def encode_docs(encoder: Encoder, docs: Iterable[tuple[str, str]], out_dir: str 
         if budgets.active() and finished:  # judged on the sample kept by the first run, or the finished shards
             kept = folder.size_sample or {"docs": done, "bytes": sum(r.bytes for r in finished), "nnz": prior.nnz}
             estimate = check_budgets(kept["docs"], kept["bytes"], kept["nnz"], budgets)
-        stream = encode_stream(encoder, docs, settings.max_length, settings.quantization, settings.max_active_dims,
-                               settings.batching)
+        sample = settings.size_sample if estimate is None and budgets.active() else 0
         with tqdm(total=n_docs, initial=done, desc="encode docs", unit="doc", mininterval=5) as bar:
-            for chunk, batches in stream:
+            for chunk, batches in _chunks(encoder, docs, settings, sample):
                 if estimate is None and budgets.active():  # the job's first documents are the size guard's sample
-                    n = min(settings.size_sample, len(chunk)) if settings.size_sample > 0 else len(chunk)
-                    estimate = measure_sample(folder, [d for d, _ in chunk[:n]], _rows_between(batches, 0, n), budgets)
+                    estimate = measure_sample(folder, [d for d, _ in chunk], batches, budgets)
                 a = 0
                 while a < len(chunk):  # cut at shard boundaries: a shard is a contiguous range of the part
                     b = min(len(chunk), a + shard_docs - (first + a - start) % shard_docs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import operator
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -31,11 +31,35 @@ Batches = Sequence[tuple[np.ndarray, SparseRows]]  # (positions in the chunk, th
 
 
 GZIP_LEVEL = 1  # ISA-L levels are 0-3; see the module docstring
+GZIP_FEED = 1 << 20  # bytes handed to the compressor at a time
 
 
-def gzip_compressor() -> Any:
-    """A gzip stream (header mtime 0: a rerun writes identical bytes)."""
-    return _deflate.compressobj(GZIP_LEVEL, _deflate.DEFLATED, 16 + 15)
+class GzipStream:
+    """A gzip stream whose bytes depend on its content alone: the compressor's output depends on how its
+    input is cut (ISA-L's does), so it is fed blocks of :data:`GZIP_FEED` bytes whatever the callers'
+    pieces (which follow the batching). Header mtime 0: a rerun writes identical bytes."""
+
+    def __init__(self) -> None:
+        self._deflate = _deflate.compressobj(GZIP_LEVEL, _deflate.DEFLATED, 16 + 15)
+        self._pending = bytearray()
+
+    def compress(self, data: bytes) -> bytes:
+        self._pending += data
+        out, fed = [], 0
+        while len(self._pending) - fed >= GZIP_FEED:
+            out.append(self._deflate.compress(bytes(self._pending[fed:fed + GZIP_FEED])))
+            fed += GZIP_FEED
+        del self._pending[:fed]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        out = self._deflate.compress(bytes(self._pending)) + self._deflate.flush()
+        self._pending.clear()
+        return out
+
+
+def gzip_compressor() -> GzipStream:
+    return GzipStream()
 
 
 class VectorLines:
