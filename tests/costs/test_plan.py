@@ -52,16 +52,15 @@ def test_the_schedule_keeps_the_gpu_hours_and_the_workflow_threads_on_1_and_8_gp
     one, _ = plan_run(PAPER, None, 8, 1, root=REPO)
     eight, text = plan_run(PAPER, None, 64, 8, tmp_path / "plan.md", root=REPO)
     gpu_h = one["totals"]["train_gpu_h"] + one["totals"]["encode_gpu_h"]
-    # on 8 GPUs a corpus of more than 3,000,000 documents is encoded in parts, each one more job start
-    assert one["jobs"].get("encode_corpus_part", 0) == 0 and one["jobs"]["encode_corpus"] == 19 * 14
+    # a corpus of more than 3,000,000 documents is encoded in parts, each one more job start, the same
+    # jobs on 1 GPU and on 8 (a run moved to more GPUs reruns no encode)
+    assert one["jobs"] == eight["jobs"]
     assert eight["jobs"]["encode_corpus"] + eight["jobs"]["join_corpus_parts"] == 19 * 14
     startups = (eight["jobs"]["encode_corpus_part"] - eight["jobs"]["join_corpus_parts"]) * 30 / 3600
-    assert one["schedule"]["gpu_busy_h"] == pytest.approx(gpu_h)
+    assert one["schedule"]["gpu_busy_h"] == pytest.approx(gpu_h + startups)
     assert eight["schedule"]["gpu_busy_h"] == pytest.approx(gpu_h + startups)
-    # no GPU job is longer than an eighth of the GPU-hours: the last hours are shared by every GPU
-    assert eight["schedule"]["longest_job_h"] < gpu_h / 8 / 4 < one["schedule"]["longest_job_h"]
-    assert one["schedule"]["longest_job"].startswith("encode_corpus ettin-1b ")
-    assert one["schedule"]["longest_job"].endswith(" msmarco-passage")
+    # no GPU job is longer than a quarter of an eighth of the GPU-hours: the last hours are shared by every GPU
+    assert eight["schedule"]["longest_job_h"] == one["schedule"]["longest_job_h"] < gpu_h / 8 / 4
     assert eight["schedule"]["wall_h"] < one["schedule"]["wall_h"] / 3 and one["schedule"]["wall_h"] > gpu_h
     assert one["schedule"]["threads"] == local_threads(config, 8, 1)
     assert "## Schedule on 64 cores and 8 GPU(s)" in text and (tmp_path / "plan.md").read_text() == text
