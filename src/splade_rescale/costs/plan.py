@@ -311,8 +311,8 @@ ASSUMPTIONS = (
     "config.json on the meta device, or given by its entry's shape.",
     "Text tokens = 2 + words x tokens_per_word, cut at the configured maximum (encoding pads each text to "
     "its 8-token length bucket: under 5% padding). Training pads each micro-batch to its longest text: for "
-    "MS MARCO the expected longest from measured length histograms, for other data the recipe's maxima. Training = steps x batch size "
-    "queries, each with 1 + negatives_per_query documents.",
+    "MS MARCO the expected longest from measured length histograms, for other data the recipe's maxima. "
+    "Training = steps x batch size queries, each with 1 + negatives_per_query documents.",
     "Counts: ir_datasets' shipped metadata (no download), local data counted from its files; mean words "
     "from BEIR's published table (text.document_words, text.query_words) or counted.",
     "Lucene: per-thread (core-second) figures; indexing documents per core-second; a search's core-seconds "
