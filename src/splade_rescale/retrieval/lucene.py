@@ -44,11 +44,12 @@ MAX_CLAUSES = 1 << 20  # > any vocabulary
 # What a Lucene job declares to Snakemake (resources: mem_mb) at the paper's scale; its JVM heap follows
 # (jvm_heap_mb) and the index writer's RAM buffer is half that heap, at most IndexCollection's 4 GiB. The
 # index files are memory-mapped: page cache, not counted here. impact_index: one thread feeding the
-# writer (the buffer only sets how often it flushes; forceMerge streams). bm25_index and Anserini's
+# writer (the buffer only sets how often it flushes; forceMerge streams): measured, its heap and Python
+# peak at 3.1 GB whatever the corpus (docs/measurements.md). bm25_index and Anserini's
 # reference index: IndexCollection's threads share the buffer; the reference index also holds 100,000
 # documents' vectors in Python at a time. Searches: every query's k hits are held until written, about
-# 650 B a hit in all, Java and Python (docs/measurements.md): the paper's largest query set (Quora,
-# 10,000 queries at k = 1000) is 10M hits, 6.5 GB.
+# 585 B a hit in all, Java and Python: the paper's largest query set (Quora, 10,000 queries at
+# k = 1000), 10M hits, measured at 6.0 GB.
 # mine_negatives: a BM25 index of the training corpus and its queries' top hits (depth 100), as bm25_index.
 MEM_MB = {"impact_index": 4000, "anserini_reference_index": 8000, "bm25_index": 8000, "impact_retrieve": 8000,
           "bm25_retrieve": 8000, "mine_negatives": 8000}
