@@ -169,6 +169,12 @@ def claim_for_job(gpus: int, job: str, environ: MutableMapping[str, str] = os.en
     return ids
 
 
+def hide_gpus(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Every job of this run sees no GPU (``CUDA_VISIBLE_DEVICES=""``): else each job's torch would take
+    GPU 0, as many at once as run."""
+    environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
 def handed_ids(environ: Mapping[str, str] = os.environ) -> str:
     """The GPU ids CUDA_VISIBLE_DEVICES hands this process ("" where unset, empty or hiding all)."""
     ids = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]

@@ -14,10 +14,11 @@ from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job,
                                    validate_config, visible_device_ids, wsl_gpu)
 from splade_rescale.costs.plan import build_plan, gpu_job_host_gib, load_throughputs
 from splade_rescale.retrieval.lucene import MEM_MB
-from splade_rescale.gpus import CPU_TORCH_VAR, POOL_VAR, check_claims_folder, claims_folder, torch_build
+from splade_rescale.gpus import (CPU_TORCH_VAR, POOL_VAR, check_claims_folder, claims_folder, hide_gpus,
+                                 torch_build)
 from splade_rescale.costs.model_shapes import (check_architectures, estimated_parameters, gpu_job_priorities,
                                                train_job_priorities)
-from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files
+from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files, known_docs
 from splade_rescale.encoding.reuse import declared_sources
 from splade_rescale.errors import ConfigError
 from splade_rescale.rule_params import settings_records, training_cadence, training_data, verdict_floors
@@ -211,7 +212,8 @@ HOST_FLOOR_GIB = load_throughputs()["host"]["gpu_job_floor_gib"]
 
 def stop_before_any_job(message):
     """Stop the run in one line; a dry run prints it and still plans (the DAG of a GPU config, on a laptop)."""
-    if not workflow.output_settings.dryrun:  # known while this file is read, unlike workflow.dryrun
+    # a dry run is known while this file is read, unlike workflow.dryrun; --lint reads it without envvar checks
+    if not workflow.output_settings.dryrun and workflow.check_envvars:
         raise WorkflowError(message)
     logger.error(message)
 
@@ -224,7 +226,7 @@ if CORES and workflow.local_exec and not workflow.remote_exec and workflow.nodes
     if not gpu_count():  # device: cpu or gpus_per_job: 0
         _why = "device: cpu" if torch_device() == "cpu" else "gpus_per_job: 0"
         logger.info(f"{_torch}; GPUs: none used ({_why}): GPU jobs (train, encode) run on the CPU")
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # else each job's torch would take GPU 0, as many at once as run
+        hide_gpus()
         DEVICE_IDS = []
     elif not DEVICE_IDS:
         if not torch_device().startswith("cuda"):
@@ -240,7 +242,7 @@ if CORES and workflow.local_exec and not workflow.remote_exec and workflow.nodes
         if torch_device() == "auto":  # a CPU install (make demo) on a GPU machine runs as on a laptop
             logger.warning(f"{_torch}; GPUs: {','.join(DEVICE_IDS)}, unused: GPU jobs (train, encode) run on the CPU "
                            "(device: auto with a CPU torch; `make install TORCH=cuda` runs them on the GPUs)")
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+            hide_gpus()
             DEVICE_IDS = []
         else:
             logger.info(f"{_torch}; GPUs: {','.join(DEVICE_IDS)}")
@@ -329,12 +331,23 @@ def train_gpus(backbone):
     return config["backbones"][backbone].get("train_gpus", gpu_count())
 
 
+def gpu_job_mem_mb(model, documents=0):
+    """Host memory (MB) of one GPU job of a model (a backbone or a published model): the plan's estimate
+    (a model of unknown size counts as the paper's largest, 1B parameters)."""
+    parameters = estimated_parameters({**config["published_models"], **config["backbones"]}[model])
+    gib = gpu_job_host_gib(1e9 if parameters == float("inf") else parameters, HOST_FLOOR_GIB, documents)
+    return math.ceil(gib * 2**30 / 1e6)
+
+
 def train_mem_mb(backbone):
-    """Host memory (MB) a training declares: the plan's estimate for its model (a model of unknown size
-    counts as the paper's largest, 1B parameters), once per DDP rank."""
-    parameters = estimated_parameters(config["backbones"][backbone])
-    gib = gpu_job_host_gib(1e9 if parameters == float("inf") else parameters, HOST_FLOOR_GIB)
-    return math.ceil(gib * 2**30 / 1e6) * max(1, train_gpus(backbone))
+    """Host memory (MB) a training declares: the plan's estimate for its model, once per DDP rank."""
+    return gpu_job_mem_mb(backbone) * max(1, train_gpus(backbone))
+
+
+def encode_mem_mb(w):
+    """Host memory (MB) an encode declares: the plan's estimate for its model and corpus (its documents by
+    ir_datasets' metadata; a local corpus, unknown before preparation, counts none)."""
+    return gpu_job_mem_mb(w.backbone, known_docs(CORPORA[w.corpus]) or 0)
 
 
 # Snakemake runs a job that declares more memory than --resources mem_mb with that much instead, without a

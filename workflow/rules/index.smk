@@ -46,6 +46,7 @@ rule encode_corpus:
     priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
         gpu=gpu_count(),
+        mem_mb=encode_mem_mb,
     log:
         res("logs/encode_corpus/{backbone}.{run}.{corpus}.log"),
     benchmark:
@@ -118,6 +119,7 @@ rule encode_queries:
     priority: lambda w: GPU_JOB_PRIORITY[w.backbone]
     resources:
         gpu=gpu_count(),
+        mem_mb=lambda w: gpu_job_mem_mb(w.backbone),
     log:
         res("logs/encode_queries/{backbone}.{run}.log"),
     benchmark:
