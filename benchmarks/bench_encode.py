@@ -48,7 +48,8 @@ sys.path.insert(0, str(REPO / "src"))
 from splade_rescale.encoding import corpus as encode  # noqa: E402
 from splade_rescale.encoding.buckets import Batch, BucketBatcher, bucket_length  # noqa: E402
 from splade_rescale.encoding.settings import EncodeSettings  # noqa: E402
-from splade_rescale.encoding.shard_folder import ShardFolder, ShardWriter  # noqa: E402
+from splade_rescale.encoding.shard_folder import ShardFolder  # noqa: E402
+from splade_rescale.encoding.shard_writer import ShardWriter  # noqa: E402
 from splade_rescale.model.sparse_rows import SparseRows  # noqa: E402
 
 CORPORA = {"msmarco": REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz",

@@ -17,7 +17,7 @@ import torch
 from conftest import REPO
 from splade_rescale.data.datasets import load_dataset
 from splade_rescale.encoding import corpus as encode
-from splade_rescale.encoding import queries, shard_folder, size_guard
+from splade_rescale.encoding import queries, shard_folder, shard_writer, size_guard
 from splade_rescale.encoding.corpus import CorpusSource
 from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.evaluation.evaluate import efficiency_stats, evaluate_run
@@ -108,13 +108,13 @@ class NonFinite:
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_non_finite_weight_stops_the_encode_naming_model_corpus_and_document(model_dir, tmp_path, value,
                                                                                 monkeypatch):
-    slow_write = shard_folder._OpenShard.write  # the writer lags: the error arrives with shard 1 still queued
+    slow_write = shard_writer._OpenShard.write  # the writer lags: the error arrives with shard 1 still queued
 
     def lagging(self, *args):
         time.sleep(0.2)
         slow_write(self, *args)
 
-    monkeypatch.setattr(shard_folder._OpenShard, "write", lagging)
+    monkeypatch.setattr(shard_writer._OpenShard, "write", lagging)
     docs = list(load_dataset("x", SPEC).iter_docs())
     docid, text = docs[7]  # in the third shard of three documents
     out = tmp_path / "coll"

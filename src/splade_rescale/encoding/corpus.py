@@ -8,7 +8,7 @@ Weights are ``round(w * quantization)``; zeros are dropped.
 
 The documents flow down once: read in corpus order, batched by length bucket and encoded
 (:mod:`splade_rescale.encoding.stream`), back in corpus order, cut into shards and written by a thread
-(:mod:`splade_rescale.encoding.shard_folder`). A document's vector depends on the document alone, so
+(:mod:`splade_rescale.encoding.shard_writer`). A document's vector depends on the document alone, so
 neither the batching, the shard size, the threads nor the parts change a byte. A run killed after
 ``k`` finished shards resumes at shard ``k`` (in a work folder beside the output, which Snakemake does
 not delete) under the same vector key (model content, corpus, output settings, precision, device type:
@@ -39,7 +39,8 @@ from splade_rescale.atomic import write_json
 from splade_rescale.data.corpora import part_range
 from splade_rescale.encoding.reuse import Reuse, encode_reusing, plan_reuse
 from splade_rescale.encoding.settings import EncodeSettings
-from splade_rescale.encoding.shard_folder import ShardFolder, ShardWriter, shard_docs_for, stats_path_for, work_folder
+from splade_rescale.encoding.shard_folder import ShardFolder, shard_docs_for, stats_path_for, work_folder
+from splade_rescale.encoding.shard_writer import ShardWriter
 from splade_rescale.encoding.size_guard import TooDenseError, check_budgets, measure_sample
 from splade_rescale.encoding.stream import NON_FINITE_FIX, Encoder, encode_stream, take_rows
 from splade_rescale.encoding.vector_key import bf16_autocast, encoder_numerics, resume_inputs
