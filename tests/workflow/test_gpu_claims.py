@@ -92,7 +92,8 @@ def test_a_job_handed_gpu_ids_without_a_cuda_device_stops_in_one_line(monkeypatc
 RANK = """import os, time
 from splade_rescale.gpus import die_with_parent
 die_with_parent()
-print(os.environ["LOCAL_RANK"], os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+# one write a line (atomic on a pipe): the two ranks' lines never interleave, buffered or not
+os.write(1, f'{os.environ["LOCAL_RANK"]} {os.getpid()} {os.environ["CUDA_VISIBLE_DEVICES"]}\\n'.encode())
 time.sleep(600)
 """
 
