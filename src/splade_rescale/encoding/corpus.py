@@ -42,7 +42,7 @@ from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.encoding.shard_folder import ShardFolder, shard_docs_for, stats_path_for, work_folder
 from splade_rescale.encoding.shard_writer import ShardWriter
 from splade_rescale.encoding.size_guard import TooDenseError, check_budgets, measure_sample
-from splade_rescale.encoding.stream import NON_FINITE_FIX, Encoder, encode_stream, take_rows
+from splade_rescale.encoding.stream import Encoder, encode_stream, non_finite_error, take_rows
 from splade_rescale.encoding.vector_key import bf16_autocast, encoder_numerics, resume_inputs
 from splade_rescale.encoding.vector_lines import Batches, TermStats
 from splade_rescale.model.sparse_rows import NonFiniteWeights
@@ -246,8 +246,7 @@ def encode_corpus(encoder: Encoder, model_dir: str | Path, source: CorpusSource,
             stats = encode_reusing(reuse, plan, docs, Path(out_dir), own, key,
                                    shard_docs_for(len(plan.lines), settings.shard_size, settings.index_threads))
     except NonFiniteWeights as exc:
-        raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for document {exc.item!r} of corpus "
-                         f"{name!r}; {NON_FINITE_FIX}") from None
+        raise non_finite_error(model_dir, exc, "document", f"corpus {name!r}") from None
     write_json(stats_path_for(out_dir), {"corpus": name, "model_dir": str(model_dir),
                                          "bf16_autocast": bf16_autocast(encoder), **stats})
     return stats

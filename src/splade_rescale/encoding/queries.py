@@ -17,7 +17,7 @@ from tqdm import tqdm
 from splade_rescale.atomic import atomic_file, write_json
 from splade_rescale.encoding.settings import EncodeSettings
 from splade_rescale.encoding.shard_folder import stats_path_for
-from splade_rescale.encoding.stream import NON_FINITE_FIX, Encoder, encode_stream
+from splade_rescale.encoding.stream import Encoder, encode_stream, non_finite_error
 from splade_rescale.encoding.vector_key import bf16_autocast
 from splade_rescale.encoding.vector_lines import TermStats, VectorLines, query_prefix
 from splade_rescale.model.sparse_rows import NonFiniteWeights
@@ -56,8 +56,7 @@ def encode_queries(encoder: Encoder, model_dir: str | Path, name: str, spec: Map
     try:
         stats = encode_query_dict(encoder, ds.queries, out_path, settings)
     except NonFiniteWeights as exc:
-        raise ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for query {exc.item!r} of dataset "
-                         f"{name!r}; {NON_FINITE_FIX}") from None
+        raise non_finite_error(model_dir, exc, "query", f"dataset {name!r}") from None
     write_json(stats_path_for(out_path), {"dataset": name, "model_dir": str(model_dir),
                                           "bf16_autocast": bf16_autocast(encoder), **stats})
     return stats

@@ -46,11 +46,6 @@ class ShardWriter:
         self._raise()
         self._queue.put((docids, batches))
 
-    def drain(self) -> None:
-        """Wait until every queued chunk is written."""
-        self._queue.join()
-        self._raise()
-
     def close(self) -> None:
         """Finish the last shard and stop the thread."""
         self._queue.put(None)

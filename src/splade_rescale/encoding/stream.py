@@ -19,15 +19,18 @@ import numpy as np
 import torch
 
 from splade_rescale.encoding.buckets import Batch, BucketBatcher
+from splade_rescale.encoding.vector_lines import Batches
 from splade_rescale.model.sparse_rows import NonFiniteWeights, SparseRows
 
 log = logging.getLogger(__name__)
 
-Batches = Sequence[tuple[np.ndarray, SparseRows]]  # (positions in the chunk, their rows) per encoded batch
 CHUNK_TEXTS = 20_000  # texts tokenised at once, and the least a chunk holds when it leaves (but the last)
 
-NON_FINITE_FIX = ("fix: the model's weights or activations overflowed (see its training log for a divergence); "
-                  "retrain it, or encode with encoding.precision: fp32 if only bf16 overflows")
+def non_finite_error(model_dir: object, exc: NonFiniteWeights, kind: str, owner: str) -> ValueError:
+    """The one-line error for a NaN or infinite weight of ``kind`` ``exc.item`` of ``owner``, with the fix."""
+    return ValueError(f"{model_dir}: non-finite SPLADE weight ({exc.value}) for {kind} {exc.item!r} of {owner}; fix: "
+                      "the model's weights or activations overflowed (see its training log for a divergence); "
+                      "retrain it, or encode with encoding.precision: fp32 if only bf16 overflows")
 
 
 class Encoder(Protocol):
