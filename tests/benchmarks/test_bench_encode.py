@@ -25,9 +25,8 @@ def test_stub_mode_reports_the_host_rate_last(tmp_path) -> None:
     assert report["cores"] == 1 and len(report["matmul_gflops_1thread"]) == 2
 
 
-def test_end_to_end_mode_compares_with_sentence_transformers(tmp_path) -> None:
-    report, _ = _bench(tmp_path, "--docs", "24", "--batch", "8", "--doc-len", "32", "--repeats", "1", "--cores", "1",
-                       "--corpus", "scifact")
-    assert report["mode"] == "end_to_end" and len(report["rounds"]) == 1
-    assert report["ours_docs_per_s"] > 0 and report["st_docs_per_s"] > 0 and "host_overhead" in report
-    assert 0 <= report["padding_share"]["bucketed"] <= report["padding_share"]["char_sorted"]
+def test_padding_mode_counts_the_buckets_padding(tmp_path) -> None:
+    report, _ = _bench(tmp_path, "--padding", "--docs", "50000")
+    assert report["mode"] == "padding" and report["passages"] == 28_606 and report["stream_docs"] == 50_000
+    assert report["real_tokens"] <= report["token_sorted_tokens"] and report["real_tokens"] <= report["bucketed_tokens"]
+    assert report["stream_filled_over_bucketed"] >= 0
