@@ -39,7 +39,7 @@ STAMP := $(VENV)/.installed-$(TORCH)
 # torch==2.13.0, since a local version label meets that pin).
 OTHER_STAMPS := $(filter-out $(STAMP),$(wildcard $(VENV)/.installed*))
 
-.PHONY: install demo miniature test test-slurm dryrun lint clean-results plan
+.PHONY: install demo miniature test test-slurm dryrun lint clean-results plan preflight
 
 # Stops with one line where no Python meets requires-python (before any venv is made).
 check_python = @$(if $(PYTHON),$(call python_fits,$(PYTHON)),false) || { echo "$(PYTHON_MISFIT)"; exit 1; }
@@ -111,6 +111,14 @@ dryrun: $(STAMP)
 plan: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
 		$(if $(PLAN_CORES),--cores $(PLAN_CORES)) $(if $(GPUS),--gpus $(GPUS)) $(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))
+
+# This machine against the run, before it starts (docs/costs.md): the environment checked against the plan, the
+# encode and training speed measured through the run's own code, the device's metrics against the CPU's; writes
+# results/<experiment>/preflight.md and throughputs.measured.json (which `make plan` then uses). CONFIG=, and
+# PREFLIGHT_ARGS= for its options (--seconds, --train-steps, --parity-docs, --versus sentence-transformers).
+preflight: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale preflight --configfile $(or $(CONFIG),config/config.yaml) \
+		$(PREFLIGHT_ARGS)
 
 # ruff (pyproject.toml [tool.ruff]) on the package, tests and benchmarks, and Snakemake's own lint of the
 # rules; tests/test_lint.py and tests/workflow/test_workflow.py run the same two checks in `make test`.

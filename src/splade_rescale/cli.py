@@ -630,6 +630,33 @@ def plan_cmd(args: argparse.Namespace) -> None:
     print(plan_run(args.configfile, args.throughputs, args.cores, args.gpus, out)[1])
 
 
+@command("preflight", lambda p: (
+    p.add_argument("--configfile", required=True, type=Path, help="a whole workflow config, e.g. config/config.yaml"),
+    p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)),
+                   help="snakemake --cores of the run (default: the cores this process may use)"),
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs the run uses (default: those this machine shows, else 1)"),
+    p.add_argument("--seconds", type=float, default=60,
+                   help="timed encoding per architecture (default 60: about ten minutes in all on a GPU; less is "
+                        "quicker and noisier)"),
+    p.add_argument("--train-steps", type=int, default=8, help="timed training steps per architecture (default 8)"),
+    p.add_argument("--parity-docs", type=int, default=None,
+                   help="pool passages the parity check encodes (default all 28,606; judged ones first)"),
+    p.add_argument("--versus", choices=["sentence-transformers"],
+                   help="also time sentence-transformers' SparseEncoder side by side on the same model and texts"),
+))
+def preflight_cmd(args: argparse.Namespace) -> None:
+    """Check this machine against the config's plan, measure its speed, print the bill here: go or no-go."""
+    from splade_rescale.config import visible_device_ids
+    from splade_rescale.preflight.page import run_preflight
+    gpus = args.gpus or len(visible_device_ids()) or 1
+    page, data = run_preflight(args.configfile, args.cores, gpus, args.seconds, args.train_steps, args.parity_docs,
+                               bool(args.versus))
+    print(page)
+    if any(f["ok"] is False for f in data["findings"]):
+        raise SystemExit(1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="splade-rescale", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")

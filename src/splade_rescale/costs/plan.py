@@ -25,6 +25,7 @@ from splade_rescale.training.recipes import resolve_recipe, seed_runs
 THROUGHPUTS_PATH = Path(__file__).resolve().parents[3] / "config" / "throughputs.json"
 GIB = 1024 ** 3
 LONG_QUERY_TOKENS = 64  # a longer query searches as a long (ArguAna-like) one
+MEASURED_NAME = "throughputs.measured.json"  # results/{experiment}/: this machine's, by `splade-rescale preflight`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +41,24 @@ def load_throughputs(path: str | Path | None = None) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"throughputs file {path}: {exc}; fix: pass a JSON shaped like config/throughputs.json")
+
+
+def take_measured(throughputs: dict[str, Any], measured: str | Path) -> dict[str, str]:
+    """Put the architectures measured on this machine (``measured``, written by ``splade-rescale preflight``,
+    where present) in place of the shipped ones; {architecture: where its figures come from}."""
+    architectures = throughputs["gpu"]["architectures"]
+    sources = {a: f"shipped ({f['measured']})" for a, f in architectures.items()}
+    if Path(measured).is_file():
+        found = load_throughputs(measured)["architectures"]
+        architectures.update(found)
+        sources.update({a: f"measured here ({f['measured']})" for a, f in found.items()})
+    return sources
+
+
+def architecture_figures(throughputs: Mapping[str, Any], model_type: str) -> Mapping[str, Any]:
+    """The GPU figures of ``model_type``: its own where measured, else ModernBERT's or BERT's (the shipped pair)."""
+    architectures = throughputs["gpu"]["architectures"]
+    return architectures.get(model_type) or architectures["modernbert" if model_type == "modernbert" else "bert"]
 
 
 def models(config: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -151,7 +170,7 @@ def build_plan(config: Mapping[str, Any], throughputs: Mapping[str, Any], root: 
         where = "published_models" if published else "backbones"
         spec = config[where][name]
         shape = shapes[name] = shapes.get(name) or model_shape(name, spec, root, where=where)
-        measured = throughputs["gpu"]["architectures"]["modernbert" if shape.model_type == "modernbert" else "bert"]
+        measured = architecture_figures(throughputs, shape.model_type)
         speed = measured["parameters"] / shape.parameters  # throughput scales inversely with parameters
         encoding = {**config["encoding"], **(spec.get("encoding") or {})}
 

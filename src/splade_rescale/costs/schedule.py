@@ -22,7 +22,16 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from splade_rescale.config import ConfigError, gpus_per_job, load_config, local_threads
-from splade_rescale.costs.plan import THROUGHPUTS_PATH, build_plan, host_at_once, load_throughputs, models, render_bill
+from splade_rescale.costs.plan import (
+    MEASURED_NAME,
+    THROUGHPUTS_PATH,
+    build_plan,
+    host_at_once,
+    load_throughputs,
+    models,
+    render_bill,
+    take_measured,
+)
 from splade_rescale.data.corpora import part_range
 from splade_rescale.runs import PUBLISHED_RUN
 from splade_rescale.training.data import run_stream, stream_name
@@ -219,19 +228,25 @@ def part_hours(corpus_h: float, docs: int, part: int, parts: int, startup_h: flo
 
 
 def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int,
-             out: str | Path | None = None, root: str | Path = ".") -> tuple[dict[str, Any], str]:
+             out: str | Path | None = None, root: str | Path = ".", measured: str | Path | None = None
+             ) -> tuple[dict[str, Any], str]:
     """The bill of a config and its schedule on ``cores`` cores and ``gpus`` GPUs, as data and Markdown
-    (written to ``out`` and its .json twin when given)."""
+    (written to ``out`` and its .json twin when given); GPU figures measured on this machine (``measured``,
+    default ``results/{experiment}/throughputs.measured.json``) replace the shipped ones."""
     config = load_config(configfile)
     throughputs_path = Path(throughputs_file or THROUGHPUTS_PATH).resolve()
     throughputs = load_throughputs(throughputs_path)
+    sources = take_measured(throughputs, measured or Path(root) / "results" / config["experiment"] / MEASURED_NAME)
     plan = build_plan(config, throughputs, root)
+    plan["throughput_sources"] = sources
     plan["training_front"] = training_front(config, throughputs)
     gpus = gpus if gpus_per_job(config) else 0
     jobs = dry_run_jobs(configfile, cores, gpus, root)
     plan["jobs"] = dict(Counter(j["rule"] for j in jobs))
     shown = throughputs_path.relative_to(REPO) if throughputs_path.is_relative_to(REPO) else throughputs_path
     text = render_bill(plan, plan["jobs"], str(configfile), str(shown))
+    text += "\nGPU-job figures by architecture (a measured one replaces the shipped one; `make preflight` measures " \
+            "this machine's):\n\n" + "".join(f"- {a}: {s}\n" for a, s in sources.items())
     if gpus:
         timed = scheduled_jobs(plan, jobs, cores, throughputs)
         slots = list_schedule(timed, cores, gpus)
