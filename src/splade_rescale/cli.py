@@ -636,9 +636,9 @@ def plan_cmd(args: argparse.Namespace) -> None:
                    help="snakemake --cores of the run (default: the cores this process may use)"),
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs the run uses (default: those this machine shows, else 1)"),
-    p.add_argument("--seconds", type=float, default=60,
-                   help="timed encoding per architecture (default 60: about ten minutes in all on a GPU; less is "
-                        "quicker and noisier)"),
+    p.add_argument("--seconds", type=float, default=30,
+                   help="timed encoding per architecture, compiled and not (default 30: about ten minutes in all for "
+                        "the paper's config on one GPU; less is quicker and noisier)"),
     p.add_argument("--train-steps", type=int, default=8, help="timed training steps per architecture (default 8)"),
     p.add_argument("--parity-docs", type=int, default=None,
                    help="pool passages the parity check encodes (default all 28,606; judged ones first)"),

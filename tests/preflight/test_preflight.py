@@ -62,3 +62,11 @@ def test_a_failing_stage_is_a_line_of_the_page_and_the_verdict_names_its_fix() -
     assert "| measure | FAIL | FileNotFoundError: backbones.minilm: no model at /nowhere" in page
     assert page.rstrip().endswith("**NO-GO**: fix first: measure: FileNotFoundError: backbones.minilm: no model at "
                                   "/nowhere; fix: point path at a model folder")
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA torch reaches its GPU")
+def test_device_cuda_on_a_torch_without_cuda_measures_nothing_and_says_so() -> None:
+    from splade_rescale.preflight.page import _device
+
+    with pytest.raises(RuntimeError, match="device: cuda, and torch .* reaches no CUDA GPU here: nothing measured"):
+        _device("cuda")

@@ -72,8 +72,8 @@ def _sync(device: torch.device) -> None:
 
 def measure_encode(model_dir: Path, encoding: Mapping[str, Any], device: str, texts: int | None, seconds: float,
                    work: Path) -> dict[str, Any]:
-    """Documents a second, texts in and gzipped shards out, after a warm pass over the same documents (a
-    compiled backbone compiles each length bucket on first sight); compiled and not where the run compiles."""
+    """Documents a second, texts in and gzipped shards out, timed after a warm pass (kernels; a compiled
+    backbone's graphs, at most four whatever the lengths); compiled and not where the run compiles."""
     docs = pool_passages()
     max_length, batch = int(encoding["doc_max_length"]), int(encoding["batch_size"])
     settings = EncodeSettings(max_length, encoding["quantization"], encoding.get("max_active_dims") or TRAINED_TERMS,
@@ -84,12 +84,12 @@ def measure_encode(model_dir: Path, encoding: Mapping[str, Any], device: str, te
         encoder = load_encoder(model_dir, encoding["head"], str(dev), encoding["precision"],
                                texts=texts if compiled else None)
         probe = docs[:4 * batch]
+        encode_docs(encoder, probe, work / f"warm-{compiled}", settings, len(probe))
+        _sync(dev)
         t0 = time.perf_counter()
-        encode_docs(encoder, probe, work / "probe", settings, len(probe))
+        encode_docs(encoder, probe, work / f"probe-{compiled}", settings, len(probe))
         n = max(len(probe), min(len(docs), round(len(probe) / (time.perf_counter() - t0) * seconds)))
         chosen = docs[:n]
-        encode_docs(encoder, chosen, work / f"warm-{compiled}", settings, n)
-        _sync(dev)
         t0 = time.perf_counter()
         stats = encode_docs(encoder, chosen, work / f"timed-{compiled}", settings, n)
         _sync(dev)

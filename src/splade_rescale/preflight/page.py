@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from splade_rescale.atomic import write_json
 from splade_rescale.config import load_config
 from splade_rescale.costs.plan import MEASURED_NAME
@@ -41,7 +43,7 @@ def _stage(name: str, findings: list[Finding], step: Callable[[], Any]) -> Any:
         return None
 
 
-def run_preflight(configfile: str | Path, cores: int, gpus: int, seconds: float = 60, train_steps: int = 8,
+def run_preflight(configfile: str | Path, cores: int, gpus: int, seconds: float = 30, train_steps: int = 8,
                   parity_docs: int | None = None, versus: bool = False, root: str | Path = ".",
                   results: Path | None = None) -> tuple[str, dict]:
     """Check, measure and price this machine for ``configfile``; write ``preflight.md`` and ``.json``,
@@ -57,28 +59,13 @@ def run_preflight(configfile: str | Path, cores: int, gpus: int, seconds: float 
     if plan is not None:
         findings += environment_checks(config, plan, results)
     device = config.get("device", "auto")
-    dev = resolve_device(None if device == "auto" else device)
-    largest = max((c["count"] for c in plan["corpora"].values()), default=0) if plan else None
-    data: dict[str, Any] = {"config": str(configfile), "device": str(dev), "cores": cores, "gpus": gpus}
-    with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
-        work = Path(tmp)
-        measured = _stage("measure", findings, lambda: measure(config, largest, seconds, train_steps, work, root))
-        if measured:
-            write_json(results / MEASURED_NAME, measured)
-            data["measured"] = measured
-            findings += [Finding(f"train {a}", f["train"]["status"] == "ok", f"training {f['train']['status']} after "
-                                 f"{f['train']['steps']} timed steps") for a, f in measured["architectures"].items()]
-        parity = _stage("parity", findings, lambda: check_parity(dev, config["encoding"]["precision"], work / "parity",
-                                                                  parity_docs))
-        if parity:
-            data["parity"] = parity[0]
-            findings.append(parity[1])
-        if versus and measured:
-            from splade_rescale.preflight.peer import compare_with_sentence_transformers
-            name = next(iter(measured["architectures"].values()))["backbone"]
-            data["versus"] = _stage("versus", findings, lambda: compare_with_sentence_transformers(
-                work / name / "model", [t for _, t in pool_passages()], str(dev), config["encoding"]["precision"],
-                work / "versus"))
+    dev = _stage("device", findings, lambda: _device(device))
+    data: dict[str, Any] = {"config": str(configfile), "device": str(dev or device), "cores": cores, "gpus": gpus}
+    if dev is not None:  # else nothing to measure on: the checks above say why
+        largest = max((c["count"] for c in plan["corpora"].values()), default=0) if plan else None
+        with tempfile.TemporaryDirectory(prefix="preflight-") as work:
+            _measure_here(config, dev, Path(work), results, findings, data,
+                          lambda work: measure(config, largest, seconds, train_steps, work, root), parity_docs, versus)
     final = _stage("plan", findings, lambda: plan_run(configfile, None, cores, gpus, results / "plan.md", root,
                                                        results / MEASURED_NAME))
     data.update(findings=[f.__dict__ for f in findings], plan=final[0] if final else None,
@@ -88,6 +75,38 @@ def run_preflight(configfile: str | Path, cores: int, gpus: int, seconds: float 
     (results / "preflight.md").write_text(page)
     write_json(results / "preflight.json", data)
     return page, data
+
+
+def _device(device: str) -> torch.device:
+    """The device the run's model jobs use here; a CUDA that torch cannot reach is a failure, not a CPU run."""
+    dev = resolve_device(None if device == "auto" else device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device: {device}, and torch {torch.__version__} reaches no CUDA GPU here: nothing "
+                           "measured; fix: the torch check above")
+    return dev
+
+
+def _measure_here(config: Mapping[str, Any], dev: torch.device, work: Path, results: Path, findings: list[Finding],
+                  data: dict[str, Any], measuring: Callable[[Path], dict], parity_docs: int | None,
+                  versus: bool) -> None:
+    """Throughput (written at once), parity and the side-by-side, each a stage of its own."""
+    measured = _stage("measure", findings, lambda: measuring(work))
+    if measured:
+        write_json(results / MEASURED_NAME, measured)
+        data["measured"] = measured
+        findings += [Finding(f"train {a}", f["train"]["status"] == "ok", f"training {f['train']['status']} after "
+                             f"{f['train']['steps']} timed steps") for a, f in measured["architectures"].items()]
+    parity = _stage("parity", findings, lambda: check_parity(dev, config["encoding"]["precision"], work / "parity",
+                                                              parity_docs))
+    if parity:
+        data["parity"] = parity[0]
+        findings.append(parity[1])
+    if versus and measured:
+        from splade_rescale.preflight.peer import compare_with_sentence_transformers
+        name = next(iter(measured["architectures"].values()))["backbone"]
+        data["versus"] = _stage("versus", findings, lambda: compare_with_sentence_transformers(
+            work / name / "model", [t for _, t in pool_passages()], str(dev), config["encoding"]["precision"],
+            work / "versus"))
 
 
 def _measured_rows(measured: Mapping[str, Any]) -> list[str]:
@@ -140,7 +159,9 @@ def render_page(data: Mapping[str, Any], findings: list[Finding]) -> str:
               "", "## Verdict", ""]
     if schedule:
         lines.append(f"Wall time of the whole run on this machine: **{schedule['wall_h']:,.1f} h** "
-                     f"({schedule['gpus']} GPU(s), {schedule['cores']} cores).")
+                     f"({schedule['gpus']} GPU(s), {schedule['cores']} cores)"
+                     + (", with the figures measured above." if data.get("measured") else
+                        ", priced with the shipped figures: nothing was measured here."))
     else:
         lines.append("No GPU schedule: the model jobs run on the CPU here; the bill's GPU-hours are CPU-hours at "
                      "the speed measured above.")
