@@ -141,7 +141,10 @@ def measure(config: Mapping[str, Any], texts: int | None, seconds: float, train_
             "encode_docs_per_s": enc["docs_per_s"], "encode_tokens_per_doc": enc["tokens_per_doc"],
             "train_queries_per_s": train["queries_per_s"], "train_tokens_per_query": train["tokens_per_query"],
             "encode": enc, "train": train}
+    from splade_rescale.preflight.peer import matmul_gflops  # the host's speed, beside any CPU figure
+
     return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "device": device_name(dev),
+            "matmul_gflops_1thread": matmul_gflops(),
             "software": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "cuda": torch.version.cuda},
             "architectures": found}

@@ -148,7 +148,8 @@ def render_page(data: Mapping[str, Any], findings: list[Finding]) -> str:
     lines += [f"| {f.check} | {f.mark} | {f.line.replace('|', '/')} |" for f in findings]
     if data.get("measured"):
         m = data["measured"]
-        lines += ["", f"## Measured here ({m['device']}; torch {m['software']['torch']})", "", *_measured_rows(m),
+        lines += ["", f"## Measured here ({m['device']}, host 1-thread fp32 matmul {m['matmul_gflops_1thread']} "
+                  f"GFLOPS; torch {m['software']['torch']})", "", *_measured_rows(m),
                   "", f"Written to `{MEASURED_NAME}` beside this page: the plan below uses these figures."]
     if data.get("versus"):
         lines += ["", "## Against sentence-transformers (same model, texts, device, precision)", "",
