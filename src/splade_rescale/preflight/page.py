@@ -102,11 +102,14 @@ def _measure_here(config: Mapping[str, Any], dev: torch.device, work: Path, resu
         data["parity"] = parity[0]
         findings.append(parity[1])
     if versus and measured:
-        from splade_rescale.preflight.peer import compare_with_sentence_transformers
+        from splade_rescale.preflight.peer import PeerSizes, compare_with_sentence_transformers
         name = next(iter(measured["architectures"].values()))["backbone"]
+        texts = [t for _, t in pool_passages()]
+        # the GPU's shapes on a GPU; on a CPU small ones, which finish in minutes (their ratios are not the GPU's)
+        sizes = PeerSizes() if dev.type == "cuda" else PeerSizes(batch=32, queries=8, steps=3, warmup=1)
         data["versus"] = _stage("versus", findings, lambda: compare_with_sentence_transformers(
-            work / name / "model", [t for _, t in pool_passages()], str(dev), config["encoding"]["precision"],
-            work / "versus"))
+            work / name / "model", texts if dev.type == "cuda" else texts[:256], str(dev),
+            config["encoding"]["precision"], work / "versus", sizes=sizes))
 
 
 def _measured_rows(measured: Mapping[str, Any]) -> list[str]:
