@@ -132,6 +132,23 @@ def holders(pool: Sequence[str], folder: Path) -> dict[str, str]:
     return {d: p.read_text().strip() for d in pool if (p := _lock_path(folder, d)).is_file()}
 
 
+def held(pool: Sequence[str], folder: Path) -> list[str]:
+    """The ids of ``pool`` whose lock a process holds now (a running job's claim), without claiming any:
+    for a check that must not wait on them."""
+    taken = []
+    for device in pool:
+        if not (path := _lock_path(folder, device)).is_file():
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            taken.append(device)
+        finally:
+            os.close(fd)  # and the lock with it
+    return taken
+
+
 def claim(pool: Sequence[str], count: int, folder: Path, holder: str, poll_s: float = 0.2) -> list[str]:
     """Lock ``count`` free ids of ``pool`` for this process and return them; waits while fewer are free.
 
