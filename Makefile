@@ -126,8 +126,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint --configfile config/config.yaml
 
-# Deletes one experiment's results (results/NAME), or with EXPERIMENT=all every experiment's and the
-# rehearsal data with Snakemake's records (.snakemake); without EXPERIMENT it only lists what there is.
+# Deletes one experiment's results (results/NAME), or with EXPERIMENT=all every experiment's and
+# Snakemake's records (.snakemake); without EXPERIMENT it only lists what there is.
 EXPERIMENT ?=
 RESULT_FOLDERS = $(notdir $(patsubst %/,%,$(wildcard results/*/)))
 clean-results:
@@ -146,4 +146,54 @@ else
 	  { echo "no results/$(EXPERIMENT); results here: $(or $(RESULT_FOLDERS),none)"; exit 1; }
 	@echo "deleting results/$(EXPERIMENT)"
 	rm -rf "results/$(EXPERIMENT)"
+endif
+
+.PHONY: help demo-model clean-checkpoints
+
+# `make help`: the targets a user runs, and what each does (the variables they read in brackets). Targets
+# not described below are listed after them by name, read from this Makefile's .PHONY lines.
+HELP_LISTED := help install demo miniature test plan preflight dryrun lint test-slurm demo-model clean-results \
+  clean-checkpoints
+help:
+	@echo "Set up and check:"
+	@echo "  make demo          create .venv, install, run the offline CPU demo and check its scores [CORES=2]"
+	@echo "  make test          create .venv if needed, install, run the test suite [CORES=2]"
+	@echo "  make install       only create .venv and install [TORCH=cpu|cuda, PYTHON=python3.11]"
+	@echo "  make demo-model    only fetch the demo's published SPLADE model (a by-hand install needs it)"
+	@echo "  make miniature     the longer CPU run: a head-factor sweep on the full SciFact test set [CORES=2]"
+	@echo "Before a run:"
+	@echo "  make plan          a config's bill and schedule [CONFIG=config/config.yaml, PLAN_CORES=, GPUS=, THROUGHPUTS=]"
+	@echo "  make preflight     this machine against the config's plan: GPUs, Java, disk, memory, speed [CONFIG=]"
+	@echo "  make dryrun        the paper's jobs, planned without running anything"
+	@echo "  make lint          ruff and snakemake --lint on the paper config"
+	@echo "  make test-slurm    the workflow on a throwaway one-node SLURM on this machine (root, Debian)"
+	@echo "Clean up:"
+	@echo "  make clean-checkpoints EXPERIMENT=name   delete the checkpoints of trainings that finished"
+	@echo "  make clean-results EXPERIMENT=name       delete one experiment's results (EXPERIMENT=all: every one)"
+	@echo "  (without EXPERIMENT both only list what there is)"
+	@echo "  make help          this list"
+	@others="$(filter-out $(HELP_LISTED),$(shell sed -n 's/^\.PHONY: *//p' $(firstword $(MAKEFILE_LIST))))"; \
+	  test -z "$$others" || echo "Other targets: $$others"
+
+# The demo's published SPLADE model alone (resources/demo/README.md), for a .venv installed by hand
+# (docs/install.md): `make install` fetches it too.
+demo-model: $(DEMO_MODEL)/model.safetensors
+
+# Deletes the checkpoints (weights with their AdamW state) of the trainings of results/NAME that finished:
+# those whose training.json exists. A finished training never reads them again; a training still running or
+# killed keeps its own, to resume from. Without EXPERIMENT it only lists what there is.
+FINISHED_CHECKPOINTS = $(foreach c,$(wildcard results/$(EXPERIMENT)/models/*/*/checkpoints), \
+  $(if $(wildcard $(dir $(c))training.json),$(c)))
+clean-checkpoints:
+ifeq ($(EXPERIMENT),)
+	@echo "results here: $(or $(RESULT_FOLDERS),none). Delete the checkpoints of one's finished trainings: make clean-checkpoints EXPERIMENT=name"
+	@exit 1
+else ifneq ($(words $(EXPERIMENT)),1)
+	@echo "EXPERIMENT=$(EXPERIMENT): name one experiment"
+	@exit 1
+else
+	@test "$(filter $(EXPERIMENT),$(RESULT_FOLDERS))" = "$(EXPERIMENT)" || \
+	  { echo "no results/$(EXPERIMENT); results here: $(or $(RESULT_FOLDERS),none)"; exit 1; }
+	@echo "deleting the checkpoints of finished trainings in results/$(EXPERIMENT): $(or $(strip $(FINISHED_CHECKPOINTS)),none)"
+	$(if $(strip $(FINISHED_CHECKPOINTS)),rm -rf $(FINISHED_CHECKPOINTS))
 endif

