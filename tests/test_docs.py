@@ -375,3 +375,28 @@ def test_jargon_is_defined_where_it_is_used():
                     re.search(definition, _prose(other)) for other in pages if other.resolve() in linked):
                 undefined.append(f"{path.relative_to(REPO)}: {term}")
     assert not undefined, f"used but neither defined there nor on a page it links: {undefined}"
+
+
+def test_the_files_user_pages_name_exist():
+    """A script or file a user page names in code (`benchmarks/….py`, `config/….yaml`) is in the checkout: the
+    speed scripts the preflight replaced are named nowhere."""
+    named = re.compile(r"`((?:benchmarks|config|workflow|resources|envs)/[\w./-]+\.(?:py|yaml|json|md|txt))`")
+    missing = [f"{p.relative_to(REPO)}: {name}" for p in USER_PAGES for name in named.findall(p.read_text())
+               if "{" not in name and not (REPO / name).exists()]
+    assert not missing, f"files user pages name that do not exist: {missing}"
+
+
+def test_the_readme_demo_figures_are_the_plans():
+    """The laptop block's memory and disk are the demo plan's (its time is not: the plan prices GPUs)."""
+    from splade_rescale.config import load_config
+    from splade_rescale.costs.plan import build_plan, load_throughputs
+    from splade_rescale.retrieval.lucene import MEM_MB
+
+    readme = _prose(REPO / "README.md")
+    block = readme[readme.index("## Running the demo on a laptop"):readme.index("## Running the paper's")]
+    declared = re.search(r"each index or search job declares (\d+) GB", block)
+    assert declared and int(declared[1]) * 1000 == max(MEM_MB["impact_retrieve"], MEM_MB["bm25_index"]), block
+    disk = re.search(r"`results/demo/` ends at about ([\d.]+) GB", block)
+    plan = build_plan(load_config(REPO / "config/demo.yaml"), load_throughputs(), REPO)
+    assert disk and abs(float(disk[1]) - plan["totals"]["final_bytes"] / 1e9) < 0.5, (disk, plan["totals"])
+    assert "does not model a CPU run" in block
