@@ -400,3 +400,43 @@ def test_the_readme_demo_figures_are_the_plans():
     plan = build_plan(load_config(REPO / "config/demo.yaml"), load_throughputs(), REPO)
     assert disk and abs(float(disk[1]) - plan["totals"]["final_bytes"] / 1e9) < 0.5, (disk, plan["totals"])
     assert "does not model a CPU run" in block
+
+
+# --- The pages a new user looked for --------------------------------------------------------------------
+
+def _section(page: str, heading: str) -> str:
+    text = (REPO / page).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return " ".join(text[start:end if end > 0 else None].split())
+
+
+def test_a_page_says_how_to_watch_a_run_and_what_may_be_deleted():
+    page = _prose(REPO / "docs/running.md")
+    for needed in ("steps (", ".snakemake/log/", "logs/train/", "shard NAME finished", "devices:", "nvidia-smi",
+                   "checkpoints/", "make clean-checkpoints", "$IR_DATASETS_HOME", "HF_HOME", "triples archive"):
+        assert needed in page, f"docs/running.md does not say {needed!r}"
+    assert "docs/running.md" in (REPO / "README.md").read_text()
+
+
+def test_the_container_section_gives_a_whole_docker_run():
+    section = _section("docs/experiments-paper.md", "## In a container")
+    run = re.search(r"docker run [^`]*", section)
+    assert run, "no docker run"
+    for needed in ("--gpus", "--shm-size", "--memory", "-v ", "HF_HOME", "IR_DATASETS_HOME", "python:3.11",
+                   "make install TORCH=cuda", "snakemake --cores"):
+        assert needed in run[0], f"the docker run lacks {needed!r}"
+    assert re.search(r"driver \d+ or later", section), "the NVIDIA driver the CUDA build needs"
+
+
+def test_the_slurm_page_says_how_to_install_and_fetch_for_offline_nodes():
+    page = _prose(REPO / "docs/slurm.md")
+    for needed in ("Python 3.11", "same path", "make install TORCH=cuda", "44 GB", "login node", "HF_HUB_OFFLINE",
+                   "--conda-create-envs-only"):
+        assert needed in page, f"docs/slurm.md does not say {needed!r}"
+
+
+def test_the_datasets_page_says_which_published_figures_compare():
+    section = _section("docs/datasets.md", "## Published figures to compare with")
+    assert "bm25:" in section and "published_models:" in section
+    assert "mean of the twelve" in section and "cqadupstack" in section.lower()
