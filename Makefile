@@ -163,7 +163,7 @@ help:
 	@echo "  make miniature     the longer CPU run: a head-factor sweep on the full SciFact test set [CORES=2]"
 	@echo "Before a run:"
 	@echo "  make plan          a config's bill and schedule [CONFIG=config/config.yaml, PLAN_CORES=, GPUS=, THROUGHPUTS=]"
-	@echo "  make preflight     this machine against the config's plan: GPUs, Java, disk, memory, speed [CONFIG=]"
+	@echo "  make preflight     this machine against the config's plan: GPUs, Java, disk, memory, speed [CONFIG=, PREFLIGHT_ARGS=]"
 	@echo "  make dryrun        the paper's jobs, planned without running anything"
 	@echo "  make lint          ruff and snakemake --lint on the paper config"
 	@echo "  make test-slurm    the workflow on a throwaway one-node SLURM on this machine (root, Debian)"
