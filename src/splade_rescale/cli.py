@@ -642,7 +642,8 @@ def plan_cmd(args: argparse.Namespace) -> None:
                         "the paper's config on one GPU; less is quicker and noisier)"),
     p.add_argument("--train-steps", type=int, default=8, help="timed training steps per architecture (default 8)"),
     p.add_argument("--parity-docs", type=int, default=None,
-                   help="pool passages the parity check encodes (default all 28,606; judged ones first)"),
+                   help="pool passages the parity check encodes (default: all 28,606 on a GPU, 2,000 on a CPU; "
+                        "judged ones first)"),
     p.add_argument("--versus", choices=["sentence-transformers"],
                    help="also time sentence-transformers' SparseEncoder side by side on the same model and texts"),
 ))

@@ -31,6 +31,8 @@ from splade_rescale.preflight.parity import check_parity
 
 log = logging.getLogger(__name__)
 
+CPU_PARITY_DOCS = 2000  # pool passages the parity check encodes (twice) where the device is the CPU: a minute or two
+
 
 def _stage(name: str, findings: list[Finding], step: Callable[[], Any]) -> Any:
     """Run one stage; its exception becomes one failing line (the traceback goes to the log)."""
@@ -96,8 +98,9 @@ def _measure_here(config: Mapping[str, Any], dev: torch.device, work: Path, resu
         data["measured"] = measured
         findings += [Finding(f"train {a}", f["train"]["status"] == "ok", f"training {f['train']['status']} after "
                              f"{f['train']['steps']} timed steps") for a, f in measured["architectures"].items()]
+    limit = parity_docs if parity_docs is not None else None if dev.type == "cuda" else CPU_PARITY_DOCS
     parity = _stage("parity", findings, lambda: check_parity(dev, config["encoding"]["precision"], work / "parity",
-                                                              parity_docs))
+                                                              limit))
     if parity:
         data["parity"] = parity[0]
         findings.append(parity[1])
