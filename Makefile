@@ -107,10 +107,12 @@ dryrun: $(STAMP)
 
 # The paper run's bill before it starts, and its schedule on this machine (results/<experiment>/plan.md and
 # plan.json; docs/costs.md): the cores and GPUs a run here would use (detected), or another machine's with
-# PLAN_CORES= and GPUS=; CONFIG=, THROUGHPUTS=your.json.
+# PLAN_CORES= and GPUS=; CONFIG=, THROUGHPUTS=your.json; REMAINING=1: the jobs and schedule of what is still to
+# run beside the results here (a finished run extended by a model or a dataset: the increment).
 plan: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/splade-rescale plan --configfile $(or $(CONFIG),config/config.yaml) \
-		$(if $(PLAN_CORES),--cores $(PLAN_CORES)) $(if $(GPUS),--gpus $(GPUS)) $(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS))
+		$(if $(PLAN_CORES),--cores $(PLAN_CORES)) $(if $(GPUS),--gpus $(GPUS)) $(if $(THROUGHPUTS),--throughputs $(THROUGHPUTS)) \
+		$(if $(REMAINING),--remaining)
 
 # This machine against the run, before it starts (docs/costs.md): the environment checked against the plan, the
 # encode and training speed measured through the run's own code, the device's metrics against the CPU's; writes
@@ -162,7 +164,7 @@ help:
 	@echo "  make demo-model    only fetch the demo's published SPLADE model (a by-hand install needs it)"
 	@echo "  make miniature     the longer CPU run: a head-factor sweep on the full SciFact test set [CORES=2]"
 	@echo "Before a run:"
-	@echo "  make plan          a config's bill and schedule [CONFIG=config/config.yaml, PLAN_CORES=, GPUS=, THROUGHPUTS=]"
+	@echo "  make plan          a config's bill and schedule [CONFIG=config/config.yaml, PLAN_CORES=, GPUS=, THROUGHPUTS=, REMAINING=1]"
 	@echo "  make preflight     this machine against the config's plan: GPUs, Java, disk, memory, speed [CONFIG=, PREFLIGHT_ARGS=]"
 	@echo "  make dryrun        the paper's jobs, planned without running anything"
 	@echo "  make lint          ruff and snakemake --lint on the paper config"

@@ -617,6 +617,9 @@ def expected_cmd(args: argparse.Namespace) -> None:
                    help="snakemake --cores (default: the cores this process may use, as a container's cpuset shows)"),
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs the run uses (--resources gpu=N; default: those the workflow would see here, else 1)"),
+    p.add_argument("--remaining", action="store_true",
+                   help="jobs and schedule of what is still to run beside the results here (the increment of an "
+                        "extended run), not of the whole config"),
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts (jobs, GPU- and core-hours, disk, memory) and its schedule."""
@@ -628,7 +631,7 @@ def plan_cmd(args: argparse.Namespace) -> None:
         args.gpus = shown or 1
         log.info("planned for %d GPU(s) and %d cores: %s (GPUS= and PLAN_CORES= plan for another machine)",
                  args.gpus, args.cores, f"this machine shows {shown}" if shown else "this machine shows none")
-    print(plan_run(args.configfile, args.throughputs, args.cores, args.gpus, out)[1])
+    print(plan_run(args.configfile, args.throughputs, args.cores, args.gpus, out, remaining=args.remaining)[1])
 
 
 @command("preflight", lambda p: (

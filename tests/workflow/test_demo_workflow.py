@@ -448,3 +448,19 @@ def test_an_edit_reruns_exactly_what_it_changes(demo: Path, edit: Edit) -> None:
         assert counts == edit.expected
     if edit.planned is not None:
         edit.planned(planned_jobs(output))
+
+
+def test_the_plan_of_an_extended_run_schedules_only_its_increment(demo: Path) -> None:
+    from splade_rescale.costs.schedule import plan_run
+
+    config = yaml.safe_load((demo / DEMO_CONFIG).read_text())
+    config["variants"]["k4"] = {"policy": "constant", "factor": "1/4"}
+    extended = demo / "config" / "extended-by-a-variant.yaml"
+    extended.write_text(yaml.safe_dump(config))
+    whole, _ = plan_run(extended, None, 2, 1, root=demo)
+    increment, text = plan_run(extended, None, 2, 1, root=demo, remaining=True)
+    assert whole["jobs"]["train"] == 6 and increment["jobs"]["train"] == 2  # the new variant's, on two backbones
+    assert "fetch_backbone" not in increment["jobs"] and "prepare_corpus" not in increment["jobs"]
+    assert 0 < increment["schedule"]["wall_h"] < whole["schedule"]["wall_h"]
+    assert increment["totals"] == whole["totals"]  # the bill's rows stay the whole config's
+    assert "jobs still to run beside the results here (the increment)" in text

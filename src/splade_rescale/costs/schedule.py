@@ -40,10 +40,13 @@ from splade_rescale.training.recipes import resolve_recipe
 REPO = THROUGHPUTS_PATH.parents[1]
 
 
-def dry_run_jobs(configfile: str | Path, cores: int, gpus: int, workdir: str | Path = ".") -> list[dict]:
-    """Jobs of ``snakemake all -n --forceall --cores C --resources gpu=G``: rule, wildcards, threads,
-    GPUs, priority and the ids of the jobs each waits for."""
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", "--forceall", "--cores", str(cores),
+def dry_run_jobs(configfile: str | Path, cores: int, gpus: int, workdir: str | Path = ".",
+                 remaining: bool = False) -> list[dict]:
+    """Jobs of ``snakemake all -n --forceall --cores C --resources gpu=G`` (``remaining``: without
+    ``--forceall``, the jobs still to run beside the results there): rule, wildcards, threads, GPUs,
+    priority and the ids of the jobs each waits for."""
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all", "-n", *([] if remaining else ["--forceall"]),
+                           "--cores", str(cores),
                            "--resources", f"gpu={gpus}", "--configfile", str(Path(configfile).resolve()),
                            "--snakefile", str(REPO / "Snakefile")],
                           cwd=workdir, capture_output=True, text=True, timeout=600)
@@ -228,11 +231,13 @@ def part_hours(corpus_h: float, docs: int, part: int, parts: int, startup_h: flo
 
 
 def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores: int, gpus: int,
-             out: str | Path | None = None, root: str | Path = ".", measured: str | Path | None = None
-             ) -> tuple[dict[str, Any], str]:
+             out: str | Path | None = None, root: str | Path = ".", measured: str | Path | None = None,
+             remaining: bool = False) -> tuple[dict[str, Any], str]:
     """The bill of a config and its schedule on ``cores`` cores and ``gpus`` GPUs, as data and Markdown
     (written to ``out`` and its .json twin when given); GPU figures measured on this machine (``measured``,
-    default ``results/{experiment}/throughputs.measured.json``) replace the shipped ones."""
+    default ``results/{experiment}/throughputs.measured.json``) replace the shipped ones. ``remaining``: the
+    jobs and schedule of what is still to run beside the results there (a run extended by a model or a
+    dataset: the increment); the per-model rows stay the whole config's."""
     config = load_config(configfile)
     throughputs_path = Path(throughputs_file or THROUGHPUTS_PATH).resolve()
     throughputs = load_throughputs(throughputs_path)
@@ -241,10 +246,13 @@ def plan_run(configfile: str | Path, throughputs_file: str | Path | None, cores:
     plan["throughput_sources"] = sources
     plan["training_front"] = training_front(config, throughputs)
     gpus = gpus if gpus_per_job(config) else 0
-    jobs = dry_run_jobs(configfile, cores, gpus, root)
-    plan["jobs"] = dict(Counter(j["rule"] for j in jobs))
+    jobs = dry_run_jobs(configfile, cores, gpus, root, remaining)
+    plan["jobs"], plan["remaining"] = dict(Counter(j["rule"] for j in jobs)), remaining
     shown = throughputs_path.relative_to(REPO) if throughputs_path.is_relative_to(REPO) else throughputs_path
     text = render_bill(plan, plan["jobs"], str(configfile), str(shown))
+    if remaining:
+        text += (f"\nJobs and schedule: the {len(jobs)} jobs still to run beside the results here (the increment); "
+                 "the totals and per-model rows above are the whole config's.\n")
     text += "\nGPU-job figures by architecture (a measured one replaces the shipped one; `make preflight` measures " \
             "this machine's):\n\n" + "".join(f"- {a}: {s}\n" for a, s in sources.items())
     if gpus:
