@@ -129,6 +129,19 @@ def test_bad_config_stops_before_any_job(tmp_path):
     assert "bad.yaml" in proc.stderr + proc.stdout
 
 
+def test_a_missing_local_published_model_stops_in_its_own_line_only(tmp_path):
+    """The demo without its model (a by-hand install that skipped it): one line naming the fix, and not
+    the misleading wildcard message Snakemake reached when the input function failed during the DAG."""
+    text = (REPO / "config/demo.yaml").read_text().replace("models/splade-tiny", "models/not-there")
+    bad = tmp_path / "no-model.yaml"
+    bad.write_text(text)
+    proc = snakemake("all", "-n", "--cores", "1", "--configfile", str(bad))
+    output = proc.stderr + proc.stdout
+    assert proc.returncode != 0
+    assert "published_models.splade-tiny.path: no checkpoint at resources/demo/models/not-there" in output
+    assert "`make demo-model`" in output and "unknown variant" not in output
+
+
 def test_cli_help_names_every_command_and_each_command_has_help(capsys):
     """`splade-rescale --help` once crashed on a '%' in a command's summary (argparse %-formats help)."""
     from splade_rescale.cli import COMMANDS, main
