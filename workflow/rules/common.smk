@@ -77,12 +77,13 @@ class ConfigSection(dict):
 for _section in ("backbones", "variants", "datasets"):
     config[_section] = ConfigSection(_section, config[_section])
 
-# A local published checkpoint that is not there stops the run here, in one line: found while the DAG is
-# built, Snakemake would go on to other rules for the same file and end on a misleading wildcard message.
+# A local published checkpoint that is not there, said first and in one line: the DAG's own errors follow
+# (the input function's, then Snakemake's for the rules it tried instead), and a target that does not
+# need the model still runs.
 for _name, _spec in (config.get("published_models") or {}).items():
     if _spec.get("source") == "local" and not (Path(_spec["path"]).expanduser() / "config.json").is_file():
-        raise WorkflowError(f"published_models.{_name}.path: no checkpoint at {_spec['path']} (no config.json); "
-                            "point it at a saved SPLADE model folder (the demo's: `make demo-model`)")
+        logger.error(f"published_models.{_name}.path: no checkpoint at {_spec['path']} (no config.json); point it "
+                     "at a saved SPLADE model folder (the demo's: `make demo-model`); errors after this follow from it")
 
 BACKBONES = list(config["backbones"])
 PUBLISHED_MODELS = list(config["published_models"])  # published checkpoints: no norms, rescaling, training
@@ -483,7 +484,10 @@ def published_checkpoint_files(w):
     spec = config["published_models"][w.published]
     if spec["source"] != "local":
         return []
-    folder = Path(spec["path"]).expanduser()  # there: checked when the config is read
+    folder = Path(spec["path"]).expanduser()
+    if not (folder / "config.json").is_file():
+        raise WorkflowError(f"published_models.{w.published}.path: no checkpoint at {folder} (no config.json); "
+                            "point it at a saved SPLADE model folder (the demo's: `make demo-model`)")
     weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
     return [folder / "config.json", *weights]
 
