@@ -70,3 +70,15 @@ def test_device_cuda_on_a_torch_without_cuda_measures_nothing_and_says_so() -> N
 
     with pytest.raises(RuntimeError, match="device: cuda, and torch .* reaches no CUDA GPU here: nothing measured"):
         _device("cuda")
+
+
+def test_parity_fails_past_its_tolerance_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 against fp32 on this CPU, judged at a tolerance no difference meets: the failing line and its fix."""
+    import torch
+
+    from splade_rescale.preflight import parity
+
+    monkeypatch.setattr(parity, "TOLERANCE", -1.0)
+    report, finding = parity.check_parity(torch.device("cpu"), "bf16", tmp_path, limit=20)
+    assert report["passages"] == 20 and report["bf16"] and "cpu_fp32_metrics" in report
+    assert finding.ok is False and "fix: the device's numerics differ from the CPU's" in finding.line
