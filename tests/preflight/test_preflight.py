@@ -36,6 +36,7 @@ def test_the_demo_preflight_checks_measures_and_prices_this_machine(preflight: t
     assert bert["backbone"] == "minilm" and bert["parameters"] > 20e6
     assert bert["encode_docs_per_s"] > 0 and 20 < bert["encode_tokens_per_doc"] <= 64  # doc_max_length 64
     assert bert["train_queries_per_s"] > 0 and bert["train"]["status"] == "ok"
+    assert bert["train"]["compiled"] is False and "eager" in bert["encode"]  # a CPU never compiles
     assert page.rstrip().endswith("**GO**: every check passed.")
     assert "bert: measured here" in (results / "plan.md").read_text()
 

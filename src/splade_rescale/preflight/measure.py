@@ -105,20 +105,23 @@ def measure_encode(model_dir: Path, encoding: Mapping[str, Any], device: str, te
 def measure_training(model_dir: Path, config: Mapping[str, Any], backbone: str, device: str, steps: int,
                      work: Path) -> dict[str, Any]:
     """Queries a second of the config's recipe for ``backbone`` (its first variant), one negative a query
-    (the sample's), timed from the end of the warm-up steps to the last step."""
+    (the sample's), timed from the end of the warm-up steps to the last step; compiled where the whole
+    run's training compiles."""
     variant = next(iter(config["variants"]))
-    recipe = {**resolve_recipe(config, backbone, variant), "steps": WARM_STEPS + steps, "negatives_per_query": 1,
-              "log_every": 1, "checkpoint_every": 10 ** 9, "warmup_steps": 0, "flops_warmup_steps": 0}
+    run = resolve_recipe(config, backbone, variant)
+    recipe = {**run, "steps": WARM_STEPS + steps, "negatives_per_query": 1, "log_every": 1,
+              "checkpoint_every": 10 ** 9, "warmup_steps": 0, "flops_warmup_steps": 0}
     out = work / "train"
     record = run_training(model_dir, out / "final", out / "train_log.csv", out / "record.json", out / "checkpoints",
-                          recipe, {"source": "tsv_triples", "path": str(TRIPLES)}, device=device)
+                          recipe, {"source": "tsv_triples", "path": str(TRIPLES)}, device=device,
+                          compile_texts=run["steps"] * run["batch_size"] * (2 + run["negatives_per_query"]))
     rows = (out / "train_log.csv").read_text().splitlines()[1:]
     elapsed = [float(r.split(",")[-1]) for r in rows]
     data = {"source": "ir_datasets", "id": "msmarco-passage/train/triples-small"}  # the sample is MS MARCO's text
     tokens = train_tokens_per_query(recipe, data, load_throughputs()["text"], 1)
     return {"queries_per_s": round(steps * recipe["batch_size"] / (elapsed[-1] - elapsed[WARM_STEPS - 1]), 2),
             "tokens_per_query": round(tokens, 1), "steps": steps, "batch_size": recipe["batch_size"],
-            "status": record["status"]}
+            "status": record["status"], "compiled": record["compiled_backbone"]}
 
 
 def measure(config: Mapping[str, Any], texts: int | None, seconds: float, train_steps: int, work: Path,

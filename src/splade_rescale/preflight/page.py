@@ -97,7 +97,8 @@ def _measure_here(config: Mapping[str, Any], dev: torch.device, work: Path, resu
         write_json(results / MEASURED_NAME, measured)
         data["measured"] = measured
         findings += [Finding(f"train {a}", f["train"]["status"] == "ok", f"training {f['train']['status']} after "
-                             f"{f['train']['steps']} timed steps") for a, f in measured["architectures"].items()]
+                             f"{f['train']['steps']} timed steps, {'compiled' if f['train']['compiled'] else 'eager'} "
+                             "as the run's") for a, f in measured["architectures"].items()]
     limit = parity_docs if parity_docs is not None else None if dev.type == "cuda" else CPU_PARITY_DOCS
     parity = _stage("parity", findings, lambda: check_parity(dev, config["encoding"]["precision"], work / "parity",
                                                               limit))

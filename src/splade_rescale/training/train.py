@@ -327,8 +327,10 @@ def _file_logger(path: Path) -> logging.Handler:
 def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Path, record_path: str | Path,
                  checkpoint_dir: str | Path, recipe: Mapping[str, Any], data_spec: Mapping[str, Any],
                  device: str = "auto", root: str | Path = ".", log_file: str | Path | None = None,
-                 series_path: str | Path | None = None) -> dict[str, Any]:
+                 series_path: str | Path | None = None, compile_texts: int | None = None) -> dict[str, Any]:
     """Train SPLADE from ``init_dir``; resume from ``checkpoint_dir`` if it holds this run's checkpoint.
+    ``compile_texts``: the texts the compile decision is made for (default: this run's; a few steps timed
+    for a whole run's speed give the whole run's).
 
     Writes the final model (also after a non-finite stop), the CSV log, ``log_file`` (Python
     logging; default ``train.log`` beside the CSV), the per-step non-zeros (``series_path``,
@@ -344,8 +346,9 @@ def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Pat
     per_rank = _validate(recipe, world)
     handler = _file_logger(Path(log_file) if log_file else log_csv.parent / "train.log") if rank == 0 else None
     try:
+        texts = compile_texts or recipe["steps"] * recipe["batch_size"] * (2 + recipe["negatives_per_query"])
         return _train(Path(init_dir), final_dir, log_csv, record_path, series_path, checkpoint_dir, recipe,
-                      dict(data_spec), dev, Path(root), rank, world, per_rank)
+                      dict(data_spec), dev, Path(root), rank, world, per_rank, worth_compiling(dev, texts))
     finally:
         if handler is not None:
             logging.getLogger("splade_rescale").removeHandler(handler)
@@ -354,7 +357,7 @@ def run_training(init_dir: str | Path, final_dir: str | Path, log_csv: str | Pat
 
 def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, series_path: Path,
            checkpoint_dir: Path, recipe: dict[str, Any], data_spec: dict[str, Any], dev: torch.device, root: Path,
-           rank: int, world: int, per_rank: int) -> dict[str, Any]:
+           rank: int, world: int, per_rank: int, compile_backbone: bool) -> dict[str, Any]:
     started = time.perf_counter()
     random.seed(recipe["seed"])
     torch.manual_seed(recipe["seed"])
@@ -362,7 +365,7 @@ def _train(init_dir: Path, final_dir: Path, log_csv: Path, record_path: Path, se
     tokenizer = AutoTokenizer.from_pretrained(str(init_dir))
     encoder = SpladeEncoder(model, tokenizer, head=recipe["head"], chunk_size=recipe["chunk_size"],
                             precision=recipe["precision"]).to(dev)
-    if worth_compiling(dev, recipe["steps"] * recipe["batch_size"] * (2 + recipe["negatives_per_query"])):
+    if compile_backbone:
         encoder.compile_backbone()  # forward and backward; a long run on CUDA
     encoder.train()
     optimizer, scheduler = _optimizer(encoder, recipe)
