@@ -653,10 +653,10 @@ def plan_cmd(args: argparse.Namespace) -> None:
 def preflight_cmd(args: argparse.Namespace) -> None:
     """Check this machine against the config's plan, measure its speed, print the bill here: go or no-go."""
     from splade_rescale.config import visible_device_ids
-    from splade_rescale.preflight.page import run_preflight
+    from splade_rescale.preflight.page import Budget, run_preflight
     gpus = args.gpus or len(visible_device_ids()) or 1
-    page, data = run_preflight(args.configfile, args.cores, gpus, args.seconds, args.train_steps, args.parity_docs,
-                               bool(args.versus))
+    budget = Budget(args.seconds, args.train_steps, args.parity_docs, bool(args.versus))
+    page, data = run_preflight(args.configfile, args.cores, gpus, budget)
     print(page)
     if any(f["ok"] is False for f in data["findings"]):
         raise SystemExit(1)

@@ -11,7 +11,7 @@ import pytest
 from splade_rescale.costs.plan import MEASURED_NAME
 from splade_rescale.costs.schedule import plan_run
 from splade_rescale.preflight.findings import Finding
-from splade_rescale.preflight.page import _stage, render_page, run_preflight
+from splade_rescale.preflight.page import Budget, _stage, render_page, run_preflight
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "config" / "demo.yaml"
@@ -20,8 +20,8 @@ DEMO = REPO / "config" / "demo.yaml"
 @pytest.fixture(scope="module")
 def preflight(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict, Path]:
     results = tmp_path_factory.mktemp("preflight")
-    page, data = run_preflight(DEMO, cores=2, gpus=1, seconds=1, train_steps=2, parity_docs=100, root=REPO,
-                               results=results)
+    page, data = run_preflight(DEMO, cores=2, gpus=1, budget=Budget(seconds=1, train_steps=2, parity_docs=100),
+                               root=REPO, results=results)
     return page, data, results
 
 

@@ -12,9 +12,9 @@ plan takes them in place of the shipped ones.
 
 from __future__ import annotations
 
+import csv
 import datetime
-import gzip
-import json
+import functools
 import logging
 import platform
 import time
@@ -28,9 +28,11 @@ import transformers
 from splade_rescale.backbones.sources import fetch_backbone
 from splade_rescale.costs.model_shapes import model_shape
 from splade_rescale.costs.plan import load_throughputs, train_tokens_per_query
+from splade_rescale.data.datasets import load_corpus
 from splade_rescale.encoding.corpus import encode_docs, load_encoder
 from splade_rescale.encoding.settings import EncodeSettings
-from splade_rescale.model.splade import resolve_device, uses_bf16, worth_compiling
+from splade_rescale.model.splade import uses_bf16, worth_compiling
+from splade_rescale.preflight.peer import matmul_gflops, sync
 from splade_rescale.training.recipes import resolve_recipe
 from splade_rescale.training.train import run_training
 
@@ -45,10 +47,12 @@ TRAINED_TERMS = 256
 WARM_STEPS = 2
 
 
+@functools.cache
 def pool_passages() -> list[tuple[str, str]]:
-    """The demo's 28,606 real MS MARCO passages (the DL19/DL20 pool), as (id, text)."""
-    with gzip.open(POOL / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
-        return [(r["_id"], f"{r['title']} {r['text']}".strip()) for r in map(json.loads, f)]
+    """The demo's 28,606 real MS MARCO passages (the DL19/DL20 pool), as (id, text); read once."""
+    docs, _ = load_corpus("msmarco-dl19-dl20-pool", {"source": "trec_local", "corpus": str(POOL / "corpus.jsonl.gz")},
+                          count=False)
+    return list(docs)
 
 
 def architectures(config: Mapping[str, Any], root: Path = Path(".")) -> dict[str, str]:
@@ -65,34 +69,28 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def measure_encode(model_dir: Path, encoding: Mapping[str, Any], device: str, texts: int | None, seconds: float,
-                   work: Path) -> dict[str, Any]:
+def measure_encode(model_dir: Path, encoding: Mapping[str, Any], dev: torch.device, texts: int | None,
+                   seconds: float, work: Path) -> dict[str, Any]:
     """Documents a second, texts in and gzipped shards out, timed after a warm pass (kernels; a compiled
     backbone's graphs, at most four whatever the lengths); compiled and not where the run compiles."""
     docs = pool_passages()
     max_length, batch = int(encoding["doc_max_length"]), int(encoding["batch_size"])
     settings = EncodeSettings(max_length, encoding["quantization"], encoding.get("max_active_dims") or TRAINED_TERMS,
                               batch, shard_size=len(docs))
-    dev = resolve_device(None if device == "auto" else device)
     figures: dict[str, Any] = {}
     for compiled in ([True, False] if worth_compiling(dev, texts) else [False]):
         encoder = load_encoder(model_dir, encoding["head"], str(dev), encoding["precision"],
                                texts=texts if compiled else None)
         probe = docs[:4 * batch]
         encode_docs(encoder, probe, work / f"warm-{compiled}", settings, len(probe))
-        _sync(dev)
+        sync(dev)
         t0 = time.perf_counter()
         encode_docs(encoder, probe, work / f"probe-{compiled}", settings, len(probe))
         n = max(len(probe), min(len(docs), round(len(probe) / (time.perf_counter() - t0) * seconds)))
         chosen = docs[:n]
         t0 = time.perf_counter()
         stats = encode_docs(encoder, chosen, work / f"timed-{compiled}", settings, n)
-        _sync(dev)
+        sync(dev)
         figures["compiled" if compiled else "eager"] = round(n / (time.perf_counter() - t0), 1)
         lengths = encoder.tokenizer([t for _, t in chosen], truncation=True, max_length=max_length)["input_ids"]
         figures.update(docs=n, tokens_per_doc=round(sum(map(len, lengths)) / n, 1),
@@ -102,7 +100,7 @@ def measure_encode(model_dir: Path, encoding: Mapping[str, Any], device: str, te
     return figures
 
 
-def measure_training(model_dir: Path, config: Mapping[str, Any], backbone: str, device: str, steps: int,
+def measure_training(model_dir: Path, config: Mapping[str, Any], backbone: str, dev: torch.device, steps: int,
                      work: Path) -> dict[str, Any]:
     """Queries a second of the config's recipe for ``backbone`` (its first variant), one negative a query
     (the sample's), timed from the end of the warm-up steps to the last step; compiled where the whole
@@ -113,10 +111,10 @@ def measure_training(model_dir: Path, config: Mapping[str, Any], backbone: str, 
               "checkpoint_every": 10 ** 9, "warmup_steps": 0, "flops_warmup_steps": 0}
     out = work / "train"
     record = run_training(model_dir, out / "final", out / "train_log.csv", out / "record.json", out / "checkpoints",
-                          recipe, {"source": "tsv_triples", "path": str(TRIPLES)}, device=device,
+                          recipe, {"source": "tsv_triples", "path": str(TRIPLES)}, device=str(dev),
                           compile_texts=run["steps"] * run["batch_size"] * (2 + run["negatives_per_query"]))
-    rows = (out / "train_log.csv").read_text().splitlines()[1:]
-    elapsed = [float(r.split(",")[-1]) for r in rows]
+    with open(out / "train_log.csv", newline="") as f:
+        elapsed = [float(row["elapsed_s"]) for row in csv.DictReader(f)]
     data = {"source": "ir_datasets", "id": "msmarco-passage/train/triples-small"}  # the sample is MS MARCO's text
     tokens = train_tokens_per_query(recipe, data, load_throughputs()["text"], 1)
     return {"queries_per_s": round(steps * recipe["batch_size"] / (elapsed[-1] - elapsed[WARM_STEPS - 1]), 2),
@@ -124,30 +122,26 @@ def measure_training(model_dir: Path, config: Mapping[str, Any], backbone: str, 
             "status": record["status"], "compiled": record["compiled_backbone"]}
 
 
-def measure(config: Mapping[str, Any], texts: int | None, seconds: float, train_steps: int, work: Path,
-            root: Path = Path(".")) -> dict[str, Any]:
-    """Every architecture's figures, shaped as ``config/throughputs.json``'s ``gpu`` section, with when,
-    where and with what software they were measured."""
-    device = config.get("device", "auto")
-    dev = resolve_device(None if device == "auto" else device)
+def measure(config: Mapping[str, Any], dev: torch.device, texts: int | None, seconds: float, train_steps: int,
+            work: Path, root: Path = Path(".")) -> dict[str, Any]:
+    """Every architecture's figures on ``dev``, shaped as ``config/throughputs.json``'s ``gpu`` section, with
+    when, where and with what software they were measured."""
     found: dict[str, Any] = {}
     for model_type, name in architectures(config, root).items():
         log.info("preflight: measuring %s (%s) on %s", name, model_type, dev)
         folder = work / name
         manifest = fetch_backbone(name, dict(config["backbones"][name]), folder)
         model_dir = folder / "model"
-        enc = measure_encode(model_dir, config["encoding"], device, texts, seconds, folder / "encode")
-        train = measure_training(model_dir, config, name, device, train_steps, folder)
+        enc = measure_encode(model_dir, config["encoding"], dev, texts, seconds, folder / "encode")
+        train = measure_training(model_dir, config, name, dev, train_steps, folder)
         found[model_type] = {
             "measured": f"{datetime.date.today()}, {device_name(dev)}, by `splade-rescale preflight` ({name})",
             "backbone": name, "parameters": manifest["parameters"],
             "encode_docs_per_s": enc["docs_per_s"], "encode_tokens_per_doc": enc["tokens_per_doc"],
             "train_queries_per_s": train["queries_per_s"], "train_tokens_per_query": train["tokens_per_query"],
             "encode": enc, "train": train}
-    from splade_rescale.preflight.peer import matmul_gflops  # the host's speed, beside any CPU figure
-
     return {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "device": device_name(dev),
-            "matmul_gflops_1thread": matmul_gflops(),
+            "matmul_gflops_1thread": matmul_gflops(),  # the host's speed, beside any CPU figure
             "software": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "cuda": torch.version.cuda},
             "architectures": found}

@@ -14,6 +14,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from splade_rescale.preflight.environment import environment_checks
 from splade_rescale.preflight.findings import Finding
 from splade_rescale.preflight.measure import measure, pool_passages
 from splade_rescale.preflight.parity import check_parity
+from splade_rescale.preflight.peer import PeerSizes, compare_with_sentence_transformers
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,19 @@ def _stage(name: str, findings: list[Finding], step: Callable[[], Any]) -> Any:
         return None
 
 
-def run_preflight(configfile: str | Path, cores: int, gpus: int, seconds: float = 30, train_steps: int = 8,
-                  parity_docs: int | None = None, versus: bool = False, root: str | Path = ".",
+@dataclass(frozen=True)
+class Budget:
+    """How long the preflight measures: timed encoding per architecture (s), timed training steps, the pool
+    passages of the parity check (None: all on a GPU, :data:`CPU_PARITY_DOCS` on a CPU), and whether it also
+    times sentence-transformers side by side."""
+
+    seconds: float = 30
+    train_steps: int = 8
+    parity_docs: int | None = None
+    versus: bool = False
+
+
+def run_preflight(configfile: str | Path, cores: int, gpus: int, budget: Budget = Budget(), root: str | Path = ".",
                   results: Path | None = None) -> tuple[str, dict]:
     """Check, measure and price this machine for ``configfile``; write ``preflight.md`` and ``.json``,
     ``throughputs.measured.json`` and the plan with them in ``results`` (default ``results/{experiment}/``);
@@ -65,9 +78,23 @@ def run_preflight(configfile: str | Path, cores: int, gpus: int, seconds: float 
     data: dict[str, Any] = {"config": str(configfile), "device": str(dev or device), "cores": cores, "gpus": gpus}
     if dev is not None:  # else nothing to measure on: the checks above say why
         largest = max((c["count"] for c in plan["corpora"].values()), default=0) if plan else None
-        with tempfile.TemporaryDirectory(prefix="preflight-") as work:
-            _measure_here(config, dev, Path(work), results, findings, data,
-                          lambda work: measure(config, largest, seconds, train_steps, work, root), parity_docs, versus)
+        with tempfile.TemporaryDirectory(prefix="preflight-") as tmp:
+            work = Path(tmp)
+            measured = _stage("measure", findings, lambda: measure(config, dev, largest, budget.seconds,
+                                                                   budget.train_steps, work, root))
+            if measured:  # written at once: a later stage's failure loses nothing
+                write_json(results / MEASURED_NAME, measured)
+                data["measured"] = measured
+                findings += [_trained(a, f["train"]) for a, f in measured["architectures"].items()]
+            limit = budget.parity_docs if budget.parity_docs is not None else (
+                None if dev.type == "cuda" else CPU_PARITY_DOCS)
+            parity = _stage("parity", findings, lambda: check_parity(dev, config["encoding"]["precision"],
+                                                                      work / "parity", limit))
+            if parity:
+                data["parity"] = parity[0]
+                findings.append(parity[1])
+            if budget.versus and measured:
+                data["versus"] = _stage("versus", findings, lambda: _versus(config, dev, work, measured))
     final = _stage("plan", findings, lambda: plan_run(configfile, None, cores, gpus, results / "plan.md", root,
                                                        results / MEASURED_NAME))
     data.update(findings=[f.__dict__ for f in findings], plan=final[0] if final else None,
@@ -88,32 +115,20 @@ def _device(device: str) -> torch.device:
     return dev
 
 
-def _measure_here(config: Mapping[str, Any], dev: torch.device, work: Path, results: Path, findings: list[Finding],
-                  data: dict[str, Any], measuring: Callable[[Path], dict], parity_docs: int | None,
-                  versus: bool) -> None:
-    """Throughput (written at once), parity and the side-by-side, each a stage of its own."""
-    measured = _stage("measure", findings, lambda: measuring(work))
-    if measured:
-        write_json(results / MEASURED_NAME, measured)
-        data["measured"] = measured
-        findings += [Finding(f"train {a}", f["train"]["status"] == "ok", f"training {f['train']['status']} after "
-                             f"{f['train']['steps']} timed steps, {'compiled' if f['train']['compiled'] else 'eager'} "
-                             "as the run's") for a, f in measured["architectures"].items()]
-    limit = parity_docs if parity_docs is not None else None if dev.type == "cuda" else CPU_PARITY_DOCS
-    parity = _stage("parity", findings, lambda: check_parity(dev, config["encoding"]["precision"], work / "parity",
-                                                              limit))
-    if parity:
-        data["parity"] = parity[0]
-        findings.append(parity[1])
-    if versus and measured:
-        from splade_rescale.preflight.peer import PeerSizes, compare_with_sentence_transformers
-        name = next(iter(measured["architectures"].values()))["backbone"]
-        texts = [t for _, t in pool_passages()]
-        # the GPU's shapes on a GPU; on a CPU small ones, which finish in minutes (their ratios are not the GPU's)
-        sizes = PeerSizes() if dev.type == "cuda" else PeerSizes(batch=32, queries=8, steps=3, warmup=1)
-        data["versus"] = _stage("versus", findings, lambda: compare_with_sentence_transformers(
-            work / name / "model", texts if dev.type == "cuda" else texts[:256], str(dev),
-            config["encoding"]["precision"], work / "versus", sizes=sizes))
+def _trained(architecture: str, train: Mapping[str, Any]) -> Finding:
+    return Finding(f"train {architecture}", train["status"] == "ok", f"training {train['status']} after "
+                   f"{train['steps']} timed steps, {'compiled' if train['compiled'] else 'eager'} as the run's")
+
+
+def _versus(config: Mapping[str, Any], dev: torch.device, work: Path, measured: Mapping[str, Any]) -> dict:
+    """The side-by-side on the first measured backbone: the GPU's shapes on a GPU; on a CPU small ones, which
+    finish in minutes (their ratios are not the GPU's)."""
+    name = next(iter(measured["architectures"].values()))["backbone"]
+    texts = [t for _, t in pool_passages()]
+    cuda = dev.type == "cuda"
+    return compare_with_sentence_transformers(
+        work / name / "model", texts if cuda else texts[:256], str(dev), config["encoding"]["precision"],
+        work / "versus", sizes=PeerSizes() if cuda else PeerSizes(batch=32, queries=8, steps=3, warmup=1))
 
 
 def _measured_rows(measured: Mapping[str, Any]) -> list[str]:

@@ -81,7 +81,8 @@ class _Pretokenised(SpladeEncoder):
         return self._memo[key]
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer reads the work and not its queuing."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -89,7 +90,7 @@ def _sync(device: torch.device) -> None:
 def _seconds(fn: Callable[[], Any], device: torch.device) -> float:
     start = time.perf_counter()
     fn()
-    _sync(device)
+    sync(device)
     return time.perf_counter() - start
 
 
