@@ -60,6 +60,20 @@ def torch_build() -> dict[str, str | None]:
     return values
 
 
+def torch_label(build: Mapping[str, str | None]) -> str:
+    """How a run's first line and the preflight name a :func:`torch_build`: "torch 2.13.0+cpu (no CUDA)"."""
+    return f"torch {build.get('version')} ({'CUDA ' + build['cuda'] if build.get('cuda') else 'no CUDA'})"
+
+
+def no_gpu_shown(device: str, environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
+    """What a ``device: cuda`` run meets on a machine that shows no GPU, and its fix (the run's stop and the
+    preflight say the same)."""
+    return (f"device: {device}, but this machine shows no GPU (CUDA_VISIBLE_DEVICES="
+            f"{environ.get('CUDA_VISIBLE_DEVICES', '(unset)') or '(empty)'}, no /dev/nvidiaN this user can open)",
+            "run where GPUs are visible (docker run --gpus all, a SLURM GPU allocation, CUDA_VISIBLE_DEVICES "
+            "unset), or set `device: auto` in the config to run on the CPU")
+
+
 def _lock_path(folder: Path, device: str) -> Path:
     return folder / f"gpu-{device.replace('/', '_')}.lock"
 

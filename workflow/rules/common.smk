@@ -15,7 +15,7 @@ from splade_rescale.config import (check_results_layout, gpus_fed, gpus_per_job,
 from splade_rescale.costs.plan import build_plan, gpu_job_host_gib, load_throughputs
 from splade_rescale.retrieval.lucene import MEM_MB
 from splade_rescale.gpus import (CPU_TORCH_VAR, POOL_VAR, check_claims_folder, claims_folder, hide_gpus,
-                                 torch_build)
+                                 no_gpu_shown, torch_build, torch_label)
 from splade_rescale.costs.model_shapes import (check_architectures, estimated_parameters, gpu_job_priorities,
                                                train_job_priorities)
 from splade_rescale.data.corpora import corpora, corpus_parts, dataset_files, known_docs
@@ -229,8 +229,7 @@ def stop_before_any_job(message):
 if CORES and workflow.local_exec and not workflow.remote_exec and workflow.nodes is None:
     TORCH = torch_build()
     DEVICE_IDS = visible_device_ids()
-    _cuda = f"CUDA {TORCH['cuda']}" if TORCH.get("cuda") else "no CUDA"
-    _torch = f"torch {TORCH.get('version')} ({_cuda})"
+    _torch = torch_label(TORCH)
     if not gpu_count():  # device: cpu or gpus_per_job: 0
         _why = "device: cpu" if torch_device() == "cpu" else "gpus_per_job: 0"
         logger.info(f"{_torch}; GPUs: none used ({_why}): GPU jobs (train, encode) run on the CPU")
@@ -241,11 +240,7 @@ if CORES and workflow.local_exec and not workflow.remote_exec and workflow.nodes
             logger.info(f"{_torch}; GPUs: none: GPU jobs (train, encode) run on the CPU (device: {torch_device()})")
         else:
             logger.info(f"{_torch}; GPUs: none")
-            stop_before_any_job(
-                f"device: {torch_device()}, but this machine shows no GPU (CUDA_VISIBLE_DEVICES="
-                f"{os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)') or '(empty)'}, no /dev/nvidiaN this user can "
-                "open): run where GPUs are visible (docker run --gpus all, a SLURM GPU allocation, "
-                "CUDA_VISIBLE_DEVICES unset), or set `device: auto` in the config to run on the CPU")
+            stop_before_any_job(": ".join(no_gpu_shown(torch_device())))
     elif not TORCH.get("cuda") and os.environ.get(CPU_TORCH_VAR) != "1":
         if torch_device() == "auto":  # a CPU install (make demo) on a GPU machine runs as on a laptop
             logger.warning(f"{_torch}; GPUs: {','.join(DEVICE_IDS)}, unused: GPU jobs (train, encode) run on the CPU "

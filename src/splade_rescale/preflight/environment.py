@@ -47,8 +47,7 @@ def environment_checks(config: Mapping[str, Any], plan: Mapping[str, Any], resul
 
 def _device_state(config: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[str, list[str], dict, str]:
     torch = gpus.torch_build()
-    shown = f"torch {torch.get('version')} ({'CUDA ' + torch['cuda'] if torch.get('cuda') else 'no CUDA'})"
-    return str(config.get("device", "auto")), visible_device_ids(environ), torch, shown
+    return str(config.get("device", "auto")), visible_device_ids(environ), torch, gpus.torch_label(torch)
 
 
 def check_torch(config: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Finding:
@@ -68,10 +67,7 @@ def check_torch(config: Mapping[str, Any], environ: Mapping[str, str] = os.envir
         if not device.startswith("cuda"):
             return Finding("torch", None, f"{shown}; GPUs: none: GPU jobs (train, encode) run on the CPU "
                                           f"(device: {device})")
-        return Finding("torch", False, f"device: {device}, but this machine shows no GPU (CUDA_VISIBLE_DEVICES="
-                       f"{environ.get('CUDA_VISIBLE_DEVICES', '(unset)') or '(empty)'}, no /dev/nvidiaN this user "
-                       "can open): fix: run where GPUs are visible (docker run --gpus all, a SLURM GPU allocation, "
-                       "CUDA_VISIBLE_DEVICES unset), or set `device: auto` in the config to run on the CPU")
+        return Finding("torch", False, "{}: fix: {}".format(*gpus.no_gpu_shown(device, environ)))
     if not torch.get("cuda") and environ.get(gpus.CPU_TORCH_VAR) != "1":
         return Finding("torch", False, f"this machine shows GPU(s) {','.join(ids)} but {shown} cannot use them: "
                        f"GPU jobs would run on the CPU (device: {device}): fix: `make install TORCH=cuda`")
