@@ -132,6 +132,9 @@ lint: $(STAMP)
 # Snakemake's records (.snakemake); without EXPERIMENT it only lists what there is.
 EXPERIMENT ?=
 RESULT_FOLDERS = $(notdir $(patsubst %/,%,$(wildcard results/*/)))
+# A recipe's first line: stops unless EXPERIMENT names a folder of results/ (clean-results, clean-checkpoints).
+check_experiment = @test "$(filter $(EXPERIMENT),$(RESULT_FOLDERS))" = "$(EXPERIMENT)" || \
+  { echo "no results/$(EXPERIMENT); results here: $(or $(RESULT_FOLDERS),none)"; exit 1; }
 clean-results:
 ifeq ($(EXPERIMENT),)
 	@echo "results here: $(or $(RESULT_FOLDERS),none). Delete one: make clean-results EXPERIMENT=name; every one: make clean-results EXPERIMENT=all"
@@ -144,8 +147,7 @@ else ifneq ($(words $(EXPERIMENT)),1)
 	@echo "EXPERIMENT=$(EXPERIMENT): name one experiment (or all)"
 	@exit 1
 else
-	@test "$(filter $(EXPERIMENT),$(RESULT_FOLDERS))" = "$(EXPERIMENT)" || \
-	  { echo "no results/$(EXPERIMENT); results here: $(or $(RESULT_FOLDERS),none)"; exit 1; }
+	$(check_experiment)
 	@echo "deleting results/$(EXPERIMENT)"
 	rm -rf "results/$(EXPERIMENT)"
 endif
@@ -194,8 +196,7 @@ else ifneq ($(words $(EXPERIMENT)),1)
 	@echo "EXPERIMENT=$(EXPERIMENT): name one experiment"
 	@exit 1
 else
-	@test "$(filter $(EXPERIMENT),$(RESULT_FOLDERS))" = "$(EXPERIMENT)" || \
-	  { echo "no results/$(EXPERIMENT); results here: $(or $(RESULT_FOLDERS),none)"; exit 1; }
+	$(check_experiment)
 	@echo "deleting the checkpoints of finished trainings in results/$(EXPERIMENT): $(or $(strip $(FINISHED_CHECKPOINTS)),none)"
 	$(if $(strip $(FINISHED_CHECKPOINTS)),rm -rf $(FINISHED_CHECKPOINTS))
 endif

@@ -623,15 +623,22 @@ def expected_cmd(args: argparse.Namespace) -> None:
 ))
 def plan_cmd(args: argparse.Namespace) -> None:
     """The run's bill before it starts (jobs, GPU- and core-hours, disk, memory) and its schedule."""
-    from splade_rescale.config import load_config, visible_device_ids
+    from splade_rescale.config import load_config
     from splade_rescale.costs.schedule import plan_run
     out = args.out or Path("results") / load_config(args.configfile)["experiment"] / "plan.md"
-    if args.gpus is None:
-        shown = len(visible_device_ids())
-        args.gpus = shown or 1
-        log.info("planned for %d GPU(s) and %d cores: %s (GPUS= and PLAN_CORES= plan for another machine)",
-                 args.gpus, args.cores, f"this machine shows {shown}" if shown else "this machine shows none")
-    print(plan_run(args.configfile, args.throughputs, args.cores, args.gpus, out, remaining=args.remaining)[1])
+    print(plan_run(args.configfile, args.throughputs, args.cores, _planned_gpus(args), out,
+                   remaining=args.remaining)[1])
+
+
+def _planned_gpus(args: argparse.Namespace) -> int:
+    """--gpus, else the GPUs this machine shows, else 1 (said in the log)."""
+    from splade_rescale.config import visible_device_ids
+    if args.gpus is not None:
+        return args.gpus
+    shown = len(visible_device_ids())
+    log.info("planned for %d GPU(s) and %d cores: %s (GPUS= and PLAN_CORES= plan for another machine)",
+             shown or 1, args.cores, f"this machine shows {shown}" if shown else "this machine shows none")
+    return shown or 1
 
 
 @command("preflight", lambda p: (
@@ -652,11 +659,9 @@ def plan_cmd(args: argparse.Namespace) -> None:
 ))
 def preflight_cmd(args: argparse.Namespace) -> None:
     """Check this machine against the config's plan, measure its speed, print the bill here: go or no-go."""
-    from splade_rescale.config import visible_device_ids
     from splade_rescale.preflight.page import Budget, run_preflight
-    gpus = args.gpus or len(visible_device_ids()) or 1
     budget = Budget(args.seconds, args.train_steps, args.parity_docs, bool(args.versus))
-    page, data = run_preflight(args.configfile, args.cores, gpus, budget)
+    page, data = run_preflight(args.configfile, args.cores, _planned_gpus(args), budget)
     print(page)
     if any(f["ok"] is False for f in data["findings"]):
         raise SystemExit(1)
