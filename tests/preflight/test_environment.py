@@ -10,6 +10,7 @@ import pytest
 
 from splade_rescale import gpus
 from splade_rescale.config import load_config
+from splade_rescale.preflight import downloads
 from splade_rescale.preflight import environment as env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,11 +114,11 @@ def test_memory_under_a_cgroup_limit_fails_naming_it(tmp_path):
 
 
 def test_sources_of_the_demo_all_there_offline(demo, tmp_path):
-    findings = env.check_sources(demo, offline(tmp_path))
+    findings = downloads.check_sources(demo, offline(tmp_path))
     assert [f.ok for f in findings] == [True], [f.line for f in findings]
     assert findings[0].line.startswith("13 of the config's sources there: backbones.minilm, backbones.minilm-x16, "
                                        "published_models.splade-tiny, probe.queries")
-    missing = env.check_sources({**demo, "probe": {**demo["probe"], "queries": "resources/probe/gone.tsv"}},
+    missing = downloads.check_sources({**demo, "probe": {**demo["probe"], "queries": "resources/probe/gone.tsv"}},
                                 offline(tmp_path))
     assert [f.line for f in missing if not f.ok] == [
         f"probe.queries: resources/probe/gone.tsv is missing: fix: the path (relative to {REPO}), or `make install` "
@@ -125,7 +126,7 @@ def test_sources_of_the_demo_all_there_offline(demo, tmp_path):
 
 
 def test_sources_of_the_paper_missing_offline_fail_naming_each_model(paper, tmp_path):
-    findings = env.check_sources(paper, offline(tmp_path), timeout_s=2)
+    findings = downloads.check_sources(paper, offline(tmp_path), timeout_s=2)
     hub = {f.line.split(":")[0]: f for f in findings if "HF cache" in f.line}
     assert len(hub) == 10 and not any(f.ok for f in hub.values())
     line = hub["backbones.ettin-1b"].line
@@ -144,16 +145,16 @@ def test_sources_in_the_caches_count_offline(paper, tmp_path):
     (snapshot.parents[1] / "refs/main").write_text("abc")
     (snapshot / "config.json").write_text("{}")
     cache = Path(environ["HF_HUB_CACHE"])
-    assert not env.in_hf_cache("jhu-clsp/ettin-encoder-1b", "main", "model", cache)  # a config, no weights
+    assert not downloads.in_hf_cache("jhu-clsp/ettin-encoder-1b", "main", "model", cache)  # a config, no weights
     (snapshot / "model.safetensors").write_bytes(b"")
-    assert env.in_hf_cache("jhu-clsp/ettin-encoder-1b", "main", "model", cache)
+    assert downloads.in_hf_cache("jhu-clsp/ettin-encoder-1b", "main", "model", cache)
     home = Path(environ["IR_DATASETS_HOME"])
-    assert env.ir_datasets_local("beir/scifact/test", home)[0] is False
+    assert downloads.ir_datasets_local("beir/scifact/test", home)[0] is False
     (home / "beir/scifact/docs.pklz4").mkdir(parents=True)  # what prepare_corpus and prepare_queries leave
     (home / "beir/scifact/queries.json").write_text("")
     (home / "beir/scifact/test.qrels").write_text("")
-    assert env.ir_datasets_local("beir/scifact/test", home) == (True, set())
-    findings = env.check_sources(paper, environ, timeout_s=2)
+    assert downloads.ir_datasets_local("beir/scifact/test", home) == (True, set())
+    findings = downloads.check_sources(paper, environ, timeout_s=2)
     assert f"2 of the config's sources in the caches (HF {cache}, ir_datasets {home}): backbones.ettin-1b, " \
            "datasets.scifact" in [f.line for f in findings if f.ok]
     assert not any(f.line.startswith(("backbones.ettin-1b", "datasets.scifact:")) for f in findings)
